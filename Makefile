@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test install lint bench clean
+
+# torch==2.13.0 goes in first: an unpinned torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The GUI where a display exists, otherwise a headless node, on the embedded seed model.
+run: $(STAMP)
+	$(VENV)/bin/sapo start
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check engine app tests
+
+bench: $(STAMP)
+	$(VENV)/bin/sapo bench all
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

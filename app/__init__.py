@@ -1,0 +1,1 @@
+"""SAPO Swarm desktop app (PySide6). The only package that imports Qt."""

@@ -1,0 +1,37 @@
+"""The `sapo` command. Each subcommand lives in its own module with `register(subparsers)`.
+
+Modules import heavy libraries (torch, transformers) inside their handlers, so `sapo --help` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One line per command module; each owner adds its own.
+COMMAND_MODULES: tuple[str, ...] = (
+    "engine.cli.doctor",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sapo", description="SAPO Swarm: lend your computer to a "
+                                     "swarm that post-trains small language models with RL.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""Typed events the node emits (frozen dataclasses). The GUI applies them to its view models.
+
+Every event serialises to a JSON object with a "type" field (the class name in snake case) for the
+control API; `event_from_dict` is the inverse and validates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+NODE_STATES = ("stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving")
+
+
+class EventError(ValueError):
+    """An event object that does not match its schema."""
+
+
+@dataclass(frozen=True)
+class Event:
+    ts: float = field(default_factory=time.time, kw_only=True)
+    registry: ClassVar[dict[str, type[Event]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Event.registry[_snake(cls.__name__)] = cls
+
+    @property
+    def type(self) -> str:
+        return _snake(type(self).__name__)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self)}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@dataclass(frozen=True)
+class StateChanged(Event):
+    """The node's state; one of NODE_STATES. `detail` says why (e.g. 'on battery')."""
+
+    state: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class RoundCompleted(Event):
+    """One SAPO round finished: its metrics (names as in the store's `rounds` table)."""
+
+    round: int
+    policy_version: int
+    metrics: dict[str, float]
+    per_specialty_reward: dict[str, float]
+    phase_seconds: dict[str, float]
+    num_local: int
+    num_external: int
+
+
+@dataclass(frozen=True)
+class RolloutSeen(Event):
+    """A group received from a peer: used in training, kept in the pool, or dropped (reason)."""
+
+    origin_peer: str
+    peer_name: str
+    specialty: str
+    question: str
+    completion: str
+    reward: float | None
+    status: str  # "pooled" | "used" | "dropped"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PeerUpdated(Event):
+    """A peer appeared or changed; `connected` False means it left or was lost."""
+
+    peer_id: str
+    name: str
+    model: str
+    found_by: str  # "mdns" | "bootstrap" | "manual"
+    address: str
+    connected: bool
+    received: int = 0
+    used: int = 0
+
+
+@dataclass(frozen=True)
+class EvalCompleted(Event):
+    """Held-out evaluation at `round`: pass@1 and pass@k overall and per specialty."""
+
+    round: int
+    pass1: float
+    passk: float
+    k: int
+    per_specialty: dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class LogRecord(Event):
+    level: str
+    message: str
+
+
+def _check_finite(value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise EventError("non-finite number in event")
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_finite(item)
+    if isinstance(value, list):
+        for item in value:
+            _check_finite(item)
+
+
+def event_from_dict(data: Any) -> Event:
+    """Rebuild an event from its JSON object (e.g. from the control API), checking field names."""
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise EventError("event must be an object with a 'type'")
+    cls = Event.registry.get(data["type"])
+    if cls is None:
+        raise EventError(f"unknown event type {data['type']!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    _check_finite(kwargs)
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise EventError(str(exc)) from exc
