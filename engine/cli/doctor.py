@@ -1,0 +1,69 @@
+"""`sapo doctor`: what this machine is and which model it can afford to train."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="detect this machine and pick the model it can train")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--device", choices=("cuda", "mps", "cpu"), help="size for a machine like this instead")
+    p.add_argument("--memory-gb", type=float, help="its GPU / unified / RAM memory (with --device)")
+    p.add_argument("--cores", type=int, default=8, help="its physical CPU cores (with --device)")
+    p.add_argument("--offline", action="store_true", help="only models already on this machine")
+    p.add_argument("--max-round-seconds", type=float, default=None,
+                   help="longest acceptable paper-sized round (default 300)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import doctor
+
+    if args.memory_gb is not None and args.device is None:
+        raise SystemExit("--memory-gb needs --device")
+    if args.device and args.memory_gb is None:
+        raise SystemExit("--device needs --memory-gb")
+    if args.memory_gb is not None and not 0 < args.memory_gb < 100_000:
+        raise SystemExit("--memory-gb must be a positive number of GB")
+    hw = doctor.hypothetical(args.device, args.memory_gb, args.cores) if args.device else None
+    kwargs: dict[str, Any] = {"hw": hw, "can_fetch": False if args.offline else None}
+    if args.max_round_seconds is not None:
+        kwargs["max_round_seconds"] = args.max_round_seconds
+    rep = doctor.report(**kwargs)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print_table(rep)
+    return 0
+
+
+def print_table(rep: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    gib = 1024**3
+    dev = rep["device"]
+    console = Console(width=max(120, Console().width))
+    console.print(f"[bold]Device[/] {dev['kind'].upper()}: {dev['name']} · budget "
+                  f"{dev['budget_bytes'] / gib:.1f} GiB · {dev['cpu']['physical_cores']} cores · RAM "
+                  f"{dev['cpu']['ram_total_bytes'] / gib:.1f} GiB")
+    bat = dev["battery"]
+    idle = dev["idle_seconds"]
+    console.print(f"Battery: {'unknown' if bat['present'] is None else 'none' if not bat['present'] else bat}"
+                  f" · user idle: {'unknown' if idle is None else f'{idle:.0f} s'}")
+    table = Table(title="Training fit for one round "
+                  f"({rep['round']['questions']}×{rep['round']['completions']}, "
+                  f"{rep['round']['max_new_tokens']} new tokens)")
+    for col in ("model", "backend", "quant", "training", "estimate GiB", "verdict", "round s", "here"):
+        table.add_column(col)
+    for c in rep["candidates"]:
+        table.add_row(c["model"], c["backend"], c["quantization"], "full" if c["full_finetune"] else "LoRA",
+                      f"{c['estimated_bytes'] / gib:.2f}", c["verdict"], f"{c['round_seconds']:.0f}",
+                      "yes" if c["available"] else "-")
+    console.print(table)
+    pick = rep["pick"]
+    console.print(f"[bold green]Pick:[/] {pick['model']} via {pick['backend']} ({pick['quantization']}) — "
+                  f"{pick['reason']}")
