@@ -1,0 +1,166 @@
+"""Swarm configuration: one frozen dataclass per concern, each field documented and validated.
+
+ProtocolLimits bounds what a peer may send; PoolConfig bounds what a node keeps; SwarmConfig says how
+a node links to the swarm; BootstrapConfig configures a rendezvous + relay server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+MiB = 1024 * 1024
+
+
+def _positive(owner: str, **values: float) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
+        if value <= 0:
+            raise ValueError(f"{owner}.{name} must be > 0, got {value!r}")
+
+
+def _ws_url(owner: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(f"{owner}: {url!r} is not a ws:// or wss:// URL (e.g. ws://bootstrap.example:7700)")
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ValueError(f"{owner}: bad port in {url!r}") from exc
+
+
+@dataclass(frozen=True)
+class ProtocolLimits:
+    """What a single frame from a peer may contain; anything beyond is refused and counted."""
+
+    max_frame_bytes: int = 1 * MiB  # one websocket frame, also websockets' max_size
+    max_groups_per_frame: int = 64  # rollout groups in one `rollouts` frame
+    max_completions_per_group: int = 16  # L, completions per question
+    max_completion_bytes: int = 8 * 1024  # one completion's UTF-8 size
+    max_logprobs_per_completion: int = 4096  # generator log-probs per completion (tokens)
+    max_text_bytes: int = 256  # names, model ids, reasons, URLs in hello/peers/bye
+    max_peers_per_frame: int = 256  # entries in a `peers` frame
+    max_clock_skew_s: float = 3600.0  # frames whose ts is further from now are refused as stale
+    replay_window: int = 4096  # seqs tracked per sender; older ones are refused (replay_old)
+    max_tracked_senders: int = 8192  # senders whose replay window is remembered (LRU)
+    peer_rate_per_s: float = 20.0  # frames per second one signer may send (token refill)
+    peer_burst: float = 80.0  # token bucket size per signer
+    link_rate_per_s: float = 5000.0  # frames per second over one link (a relay link carries many peers)
+    link_burst: float = 10000.0  # token bucket size per link
+
+    def __post_init__(self) -> None:
+        _positive("ProtocolLimits", **{k: getattr(self, k) for k in self.__dataclass_fields__})
+        for name in ("max_frame_bytes", "max_groups_per_frame", "max_completions_per_group",
+                     "max_completion_bytes", "max_logprobs_per_completion", "max_text_bytes",
+                     "max_peers_per_frame", "replay_window", "max_tracked_senders"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(f"ProtocolLimits.{name} must be an int")
+        if self.max_frame_bytes > 64 * MiB:
+            raise ValueError("ProtocolLimits.max_frame_bytes must be <= 64 MiB")
+        if self.max_text_bytes < 64:
+            raise ValueError("ProtocolLimits.max_text_bytes must be >= 64 (ids are 43 characters)")
+        if self.peer_burst < 1 or self.link_burst < 1:
+            raise ValueError("ProtocolLimits bursts must be >= 1 (else nothing could ever be sent)")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """The bounded pool of peers' rollout groups a node may train on."""
+
+    capacity: int = 512  # groups kept at most; the oldest is evicted first
+    max_peer_share: float = 0.25  # fraction of capacity one origin peer may fill
+    max_age_s: float = 600.0  # groups received longer ago than this are stale
+    max_policy_lag: int = 64  # groups this many policy versions behind their origin's newest are stale
+    max_uses: int = 1  # times a group may be trained on before it leaves the pool
+    history: int = 512  # recent decisions (pooled/used/dropped + reason) kept for display
+
+    def __post_init__(self) -> None:
+        _positive("PoolConfig", capacity=self.capacity, max_peer_share=self.max_peer_share,
+                  max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history)
+        for name in ("capacity", "max_policy_lag", "max_uses", "history"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise ValueError(f"PoolConfig.{name} must be an int")
+        if self.max_policy_lag < 0:
+            raise ValueError("PoolConfig.max_policy_lag must be >= 0")
+        if self.max_peer_share > 1:
+            raise ValueError("PoolConfig.max_peer_share is a fraction of capacity: (0, 1]")
+
+    @property
+    def per_peer_cap(self) -> int:
+        """Groups one origin peer may hold in the pool (at least 1)."""
+        return max(1, int(self.capacity * self.max_peer_share))
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """Websocket settings shared by nodes and bootstrap servers."""
+
+    ping_interval_s: float = 20.0  # websocket ping every this many seconds
+    ping_timeout_s: float = 20.0  # a link without a pong for this long is dead
+    connect_timeout_s: float = 10.0  # opening handshake limit when dialling
+    max_queue: int = 32  # received frames buffered per link before reading pauses (backpressure)
+    send_queue: int = 256  # outgoing frames queued per link; beyond, the oldest rollouts are dropped
+    reconnect_initial_s: float = 0.5  # first reconnect delay; doubles after each failure
+    reconnect_max_s: float = 30.0  # reconnect delay cap
+
+    def __post_init__(self) -> None:
+        _positive("LinkConfig", **{k: getattr(self, k) for k in self.__dataclass_fields__})
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ValueError("LinkConfig.reconnect_max_s must be >= reconnect_initial_s")
+
+
+@dataclass(frozen=True)
+class SwarmConfig:
+    """How one node joins the swarm: its listener, mDNS, bootstrap servers and caps."""
+
+    listen: bool = True  # accept direct links from peers (LAN); off = only dial out
+    listen_host: str = "0.0.0.0"  # address the listener binds
+    listen_port: int = 0  # 0 = any free port (mDNS announces the one chosen)
+    advertise_host: str | None = None  # host peers should dial; None = the mDNS interface address
+    bootstrap_urls: tuple[str, ...] = ()  # ws:// rendezvous + relay servers to dial out to
+    peer_urls: tuple[str, ...] = ()  # ws:// peers to dial directly (manual, no mDNS)
+    mdns: bool = True  # announce and browse _sapo._tcp.local.
+    mdns_interfaces: tuple[str, ...] | None = None  # None = auto (skips docker/virtual); else names or IPs
+    max_connections: int = 64  # links at most (in + out); more are refused with a clear reason
+    limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
+    pool: PoolConfig = field(default_factory=PoolConfig)  # external rollout pool
+    link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:
+            raise ValueError(f"SwarmConfig.listen_port must be 0..65535, got {self.listen_port!r}")
+        if not isinstance(self.listen_host, str) or not self.listen_host:
+            raise ValueError("SwarmConfig.listen_host must be a host name or address")
+        if not isinstance(self.bootstrap_urls, tuple) or not isinstance(self.peer_urls, tuple):
+            raise ValueError("SwarmConfig.bootstrap_urls and peer_urls must be tuples of URLs")
+        for url in self.bootstrap_urls + self.peer_urls:
+            _ws_url("SwarmConfig", url)
+        if self.mdns_interfaces is not None and (
+            not isinstance(self.mdns_interfaces, tuple) or not self.mdns_interfaces
+            or not all(isinstance(i, str) and i for i in self.mdns_interfaces)
+        ):
+            raise ValueError("SwarmConfig.mdns_interfaces must be None (auto) or a non-empty tuple of names")
+        _positive("SwarmConfig", max_connections=self.max_connections)
+
+
+@dataclass(frozen=True)
+class BootstrapConfig:
+    """A rendezvous + relay server (`sapo bootstrap`)."""
+
+    host: str = "0.0.0.0"  # address to bind
+    port: int = 7700  # port to bind (0 = any free)
+    link_urls: tuple[str, ...] = ()  # other bootstrap servers to link to (relay both ways)
+    max_connections: int = 1000  # peers at most; beyond, the handshake gets HTTP 503
+    limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
+    link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"BootstrapConfig.port must be 0..65535, got {self.port!r}")
+        if not isinstance(self.link_urls, tuple):
+            raise ValueError("BootstrapConfig.link_urls must be a tuple of URLs")
+        for url in self.link_urls:
+            _ws_url("BootstrapConfig", url)
+        _positive("BootstrapConfig", max_connections=self.max_connections)

@@ -1,0 +1,133 @@
+"""Pure, clock-injected bookkeeping for the protocol: token buckets, replay windows, refusal counts.
+
+No I/O and no wall clock of their own: callers pass `now`, so tests drive time by hand.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+
+@dataclass
+class TokenBucket:
+    """Classic token bucket: `rate` tokens/s refill up to `burst`; a take of `cost` needs that many."""
+
+    rate: float
+    burst: float
+    tokens: float
+    updated: float
+
+    @classmethod
+    def full(cls, rate: float, burst: float, now: float) -> TokenBucket:
+        return cls(rate, burst, burst, now)
+
+    def take(self, now: float, cost: float = 1.0) -> bool:
+        # A clock that steps backwards must not mint tokens: only refill on forward time.
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+        if self.tokens >= cost:
+            self.tokens -= cost
+            return True
+        return False
+
+
+class KeyedBuckets:
+    """One token bucket per key (peer id, link), LRU-bounded so memory stays flat under churn."""
+
+    def __init__(self, rate: float, burst: float, max_keys: int) -> None:
+        self.rate, self.burst, self.max_keys = rate, burst, max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def take(self, key: str, now: float, cost: float = 1.0) -> bool:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = TokenBucket.full(self.rate, self.burst, now)
+            self._buckets[key] = bucket
+            if len(self._buckets) > self.max_keys:
+                # Forgetting a bucket refills it: acceptable, since eviction needs max_keys other senders.
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.take(now, cost)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class ReplayWindow:
+    """Sliding-window duplicate detector for one sender's sequence numbers (as in IPsec/DTLS).
+
+    `high` is the largest seq accepted; bit i of `mask` says whether seq `high - i` was seen.
+    A seq at or below `high - size` cannot be proven new and is refused.
+    """
+
+    __slots__ = ("size", "high", "mask")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.high = -1
+        self.mask = 0
+
+    def check_and_mark(self, seq: int) -> str | None:
+        """None if new (and now marked seen); else "duplicate" or "replay_old"."""
+        if seq > self.high:
+            shift = seq - self.high
+            self.mask = 1 if shift >= self.size else ((self.mask << shift) | 1) & ((1 << self.size) - 1)
+            self.high = seq
+            return None
+        offset = self.high - seq
+        if offset >= self.size:
+            return "replay_old"
+        if self.mask >> offset & 1:
+            return "duplicate"
+        self.mask |= 1 << offset
+        return None
+
+
+class ReplayGuard:
+    """Replay windows for many senders, LRU-bounded. Key: the signer's peer id."""
+
+    def __init__(self, window: int, max_senders: int) -> None:
+        self.window, self.max_senders = window, max_senders
+        self._windows: OrderedDict[str, ReplayWindow] = OrderedDict()
+
+    def check_and_mark(self, sender: str, seq: int) -> str | None:
+        win = self._windows.get(sender)
+        if win is None:
+            win = ReplayWindow(self.window)
+            self._windows[sender] = win
+            if len(self._windows) > self.max_senders:
+                self._windows.popitem(last=False)
+        else:
+            self._windows.move_to_end(sender)
+        return win.check_and_mark(seq)
+
+    def __len__(self) -> int:
+        return len(self._windows)
+
+
+class RefusalCounter:
+    """Counts refusals by reason, overall and per sender (sender count bounded)."""
+
+    def __init__(self, max_senders: int = 1024) -> None:
+        self.by_reason: Counter[str] = Counter()
+        self.by_sender: OrderedDict[str, Counter[str]] = OrderedDict()
+        self.max_senders = max_senders
+
+    def add(self, reason: str, sender: str = "") -> None:
+        self.by_reason[reason] += 1
+        if sender:
+            counts = self.by_sender.setdefault(sender, Counter())
+            self.by_sender.move_to_end(sender)
+            counts[reason] += 1
+            if len(self.by_sender) > self.max_senders:
+                self.by_sender.popitem(last=False)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_reason.values())
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(sorted(self.by_reason.items()))

@@ -1,0 +1,42 @@
+"""Helpers for the swarm tests: real identities, real groups, hand-signed frames."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.swarm.identity import Identity, b64url
+from engine.swarm.wire import canonical
+from engine.tasks.reference import TaskRef, question_hash
+
+
+def make_group(origin: str, index: int = 0, completions: tuple[str, ...] = ("4", "5"),
+               policy_version: int = 3, question: str | None = None,
+               logprobs: tuple[tuple[float, ...], ...] | None = None) -> RolloutGroup:
+    ref = TaskRef("basic_arithmetic", {"min_terms": 2, "max_terms": 2}, seed=7, index=index)
+    return RolloutGroup(
+        ref=ref,
+        question_hash=question_hash(question if question is not None else f"what is 2+{index}?"),
+        completions=completions,
+        provenance=Provenance(origin, "seed", policy_version, round=11, created_at=time.time()),
+        generator_logprobs=logprobs,
+    )
+
+
+def signed_frame(identity: Identity, frame: dict[str, Any]) -> bytes:
+    """Sign an arbitrary (possibly malformed) frame the way a peer would: valid signature, any body."""
+    unsigned = {k: v for k, v in frame.items() if k != "sig"}
+    sig = b64url(identity.sign(canonical(unsigned)))
+    return canonical({**unsigned, "sig": sig})
+
+
+# Above any seq a SwarmProtocol started in this test run has issued (they start at time_ns // 1000).
+SEQ_BASE = time.time_ns() // 1000 + 10**12
+
+
+def frame_dict(identity: Identity, frame_type: str, body: dict[str, Any], seq: int = 1,
+               ts: float | None = None) -> dict[str, Any]:
+    """A frame as a dict; `seq` is relative to SEQ_BASE so it is newer than the link's hello."""
+    return {"v": 1, "type": frame_type, "from": identity.peer_id, "seq": SEQ_BASE + seq,
+            "ts": time.time() if ts is None else ts, "body": body}
