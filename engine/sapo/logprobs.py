@@ -84,5 +84,6 @@ def token_logprobs(model: Any, batch: TokenBatch, temperature: float,
     logp = logp * batch.completion_mask
     entropy = None
     if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.completion_mask  # [B, C]
+        with torch.no_grad():  # a metric, never differentiated
+            entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.completion_mask  # [B, C]
     return logp, entropy

@@ -1,0 +1,153 @@
+"""SapoConfig: everything one node's SAPO trainer needs, typed, documented and validated.
+
+Presets:
+  paper      the paper's round shape: 8 questions (I + J = 8; solo I = 8, J = 0), L = 8 completions,
+             eps 0.2 / 0.28, beta 0, Adam.
+  cpu-small  what suits a 2-core laptop with the seed model: 4 own questions x 8 completions,
+             completions capped at 32 tokens, a smaller held-out eval (about 0.5 s per round).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.models.generate import SampleConfig
+from engine.sapo.external import EXTERNAL_STRATEGIES
+from engine.sapo.grpo import LOSS_NORMS
+from engine.sapo.sampler import SAMPLERS
+
+PROMPT_STYLES = ("compact", "chat-text")
+
+
+def _int(name: str, value: Any, low: int, high: int = 2**31 - 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be an int in [{low}, {high}], got {value!r}")
+
+
+def _float(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or value > high or (low_open and value == low):
+        bound = "(" if low_open else "["
+        raise ValueError(f"{name} must be a finite number in {bound}{low}, {high}], got {value!r}")
+
+
+@dataclass(frozen=True)
+class SapoConfig:
+    """One node's trainer settings. Changing any of them mid-run is a new experiment."""
+
+    num_local: int = 8  # I: own questions generated per round
+    num_external: int = 0  # J: external groups drawn per round from the pool (0 = solo)
+    completions: int = 8  # L: completions per question (GRPO group size), >= 2
+    lr: float = 1e-4  # Adam learning rate (the pilot: 1e-4 learned, 3e-4 collapsed the seed)
+    adam_beta1: float = 0.9  # Adam first-moment decay
+    adam_beta2: float = 0.999  # Adam second-moment decay
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW); 0 = plain Adam as in the paper
+    max_grad_norm: float = 1.0  # global gradient-norm clip; 0 disables it
+    eps_low: float = 0.2  # lower clip range of the ratio (1 - eps_low)
+    eps_high: float = 0.28  # upper clip range of the ratio (1 + eps_high), asymmetric as in DAPO
+    beta: float = 0.0  # weight of KL(policy || frozen reference) on every trained token (k3 estimator)
+    num_iterations: int = 1  # passes (optimizer steps) over a round's batch; clipping acts only from pass 2
+    loss_norm: str = "nonzero_tokens"  # denominator of the summed token loss: see grpo.loss_denominator
+    filter_zero_advantage: bool = True  # drop groups whose rewards are all equal before sampling
+    advantage_eps: float = 1e-6  # eps in (r - mean) / (std + eps)
+    external_strategy: str = "positive-only"  # plain | positive-only | importance-weighted
+    importance_max_weight: float = 1.0  # truncation of the receiver/generator sequence ratio
+    external_kl_anchor: float = 0.0  # weight of KL to the seed policy on external completions' tokens
+    sampler: str = "uniform"  # how the J external groups are drawn from the eligible pool
+    sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
+    partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
+    prompt_style: str = "compact"  # task prompt template: "compact" (seed model) or "chat-text"
+    dataset_seed: int = 1000  # ReasoningGym dataset seed training questions are drawn from
+    micro_batch: int = 64  # completions per forward/backward chunk (memory bound; not the step size)
+    checkpoint_every: int = 10  # rounds between checkpoints (and one on clean stop); 0 = only on stop
+    keep_checkpoints: int = 2  # newest checkpoints kept on disk
+    eval_every: int = 100  # rounds between held-out evaluations; 0 = never during training
+    eval_per_specialty: int = 32  # held-out questions per specialty
+    eval_k: int = 8  # samples per held-out question (pass@k)
+    eval_seed: int = 424242  # held-out question set and its sampling seed (fixed across runs)
+
+    def __post_init__(self) -> None:
+        _int("num_local", self.num_local, 0, 256)
+        _int("num_external", self.num_external, 0, 256)
+        if self.num_local + self.num_external < 1:
+            raise ValueError("num_local + num_external must be >= 1")
+        _int("completions", self.completions, 2, 64)
+        _float("lr", self.lr, 0.0, 1.0, low_open=True)
+        _float("adam_beta1", self.adam_beta1, 0.0, 0.999999)
+        _float("adam_beta2", self.adam_beta2, 0.0, 0.999999)
+        _float("weight_decay", self.weight_decay, 0.0, 1.0)
+        _float("max_grad_norm", self.max_grad_norm, 0.0)
+        _float("eps_low", self.eps_low, 0.0, 1.0)
+        _float("eps_high", self.eps_high, 0.0)
+        _float("beta", self.beta, 0.0)
+        _int("num_iterations", self.num_iterations, 1, 64)
+        if self.loss_norm not in LOSS_NORMS:
+            raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {self.loss_norm!r}")
+        _float("advantage_eps", self.advantage_eps, 0.0, 1.0, low_open=True)
+        if self.external_strategy not in EXTERNAL_STRATEGIES:
+            raise ValueError(f"external_strategy must be one of {EXTERNAL_STRATEGIES}, "
+                             f"got {self.external_strategy!r}")
+        _float("importance_max_weight", self.importance_max_weight, 0.0, 1e6, low_open=True)
+        _float("external_kl_anchor", self.external_kl_anchor, 0.0)
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
+        if not isinstance(self.sampling, SampleConfig):
+            raise ValueError("sampling must be a SampleConfig")
+        if not isinstance(self.partial_credit, bool) or not isinstance(self.filter_zero_advantage, bool):
+            raise ValueError("partial_credit and filter_zero_advantage must be booleans")
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        _int("dataset_seed", self.dataset_seed, 0, 2**62)
+        _int("micro_batch", self.micro_batch, 1, 4096)
+        _int("checkpoint_every", self.checkpoint_every, 0)
+        _int("keep_checkpoints", self.keep_checkpoints, 1, 1000)
+        _int("eval_every", self.eval_every, 0)
+        _int("eval_per_specialty", self.eval_per_specialty, 1, 10000)
+        _int("eval_k", self.eval_k, 1, 64)
+        _int("eval_seed", self.eval_seed, 0, 2**62)
+        if self.eval_seed == self.dataset_seed:
+            raise ValueError("eval_seed must differ from dataset_seed (held-out questions must not be trained on)")
+
+    @property
+    def questions_per_round(self) -> int:
+        return self.num_local + self.num_external
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SapoConfig:
+        """Validate a stored/user config (unknown keys are an error, not silently ignored)."""
+        if not isinstance(data, dict):
+            raise ValueError("sapo config must be an object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown sapo config keys: {unknown}")
+        values = dict(data)
+        if isinstance(values.get("sampling"), dict):
+            sampling = values["sampling"]
+            sample_names = {f.name for f in dataclasses.fields(SampleConfig)}
+            if set(sampling) - sample_names:
+                raise ValueError(f"unknown sampling keys: {sorted(set(sampling) - sample_names)}")
+            values["sampling"] = SampleConfig(**sampling)
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> SapoConfig:
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, SapoConfig] = {
+    "paper": SapoConfig(),
+    "cpu-small": SapoConfig(num_local=4, completions=8, sampling=SampleConfig(max_new_tokens=32),
+                            eval_per_specialty=16, eval_every=200),
+}
+
+
+def preset(name: str) -> SapoConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown sapo preset {name!r}; known: {sorted(PRESETS)}")
+    return PRESETS[name]

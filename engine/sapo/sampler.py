@@ -1,0 +1,93 @@
+"""Building a round's training set: I own groups + J external groups (SAPO §3).
+
+Order of operations (the paper's, made explicit): external groups arrive already re-scored by the
+local verifier; the zero-advantage filter drops every group (own or external) whose rewards are all
+equal; then the J external groups are drawn from what is left by a pluggable sampling strategy
+(uniform now). Each dropped group carries a reason, for the store and the GUI's feed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from engine.sapo.grpo import nonzero_advantage_groups
+from engine.sapo.records import RolloutGroup
+
+DROP_ZERO_ADVANTAGE = "zero_advantage"
+DROP_NOT_SCORED = "not_rescored"
+DROP_NOT_SAMPLED = "not_sampled"
+
+
+class ExternalSampler(Protocol):
+    """Chooses up to j groups among eligible external candidates."""
+
+    name: str
+
+    def draw(self, candidates: Sequence[RolloutGroup], j: int, rng: random.Random) -> list[RolloutGroup]: ...
+
+
+class UniformSampler:
+    """j groups uniformly at random without replacement (all of them if fewer are eligible)."""
+
+    name = "uniform"
+
+    def draw(self, candidates: Sequence[RolloutGroup], j: int, rng: random.Random) -> list[RolloutGroup]:
+        if j <= 0 or not candidates:
+            return []
+        return rng.sample(list(candidates), min(j, len(candidates)))
+
+
+SAMPLERS: dict[str, type[UniformSampler]] = {"uniform": UniformSampler}
+
+
+def make_sampler(name: str) -> ExternalSampler:
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown external sampler {name!r}; known: {sorted(SAMPLERS)}")
+    return SAMPLERS[name]()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The groups a round trains on, and the ones left out with why."""
+
+    own: list[RolloutGroup]
+    external: list[RolloutGroup]
+    dropped: list[tuple[RolloutGroup, str]] = field(default_factory=list)
+
+
+def has_signal(groups: Sequence[RolloutGroup]) -> list[bool]:
+    """Per group: True when its (local) rewards are not all equal. Groups must be scored."""
+    if not groups:
+        return []
+    rewards = torch.tensor([list(g.rewards or ()) for g in groups], dtype=torch.float64)  # [G, L]
+    return [bool(k) for k in nonzero_advantage_groups(rewards)]
+
+
+def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup], num_external: int,
+                  sampler: ExternalSampler, rng: random.Random,
+                  filter_zero_advantage: bool = True) -> Selection:
+    """Apply the zero-advantage filter to all groups, then draw `num_external` (J) external groups."""
+    dropped: list[tuple[RolloutGroup, str]] = []
+    scored_ext = []
+    for g in external:
+        if g.rewards is None or len(g.rewards) != len(g.completions) or len(g.completions) < 2:
+            dropped.append((g, DROP_NOT_SCORED))
+        else:
+            scored_ext.append(g)
+    if any(g.rewards is None for g in own):
+        raise ValueError("own groups must be scored before selection")
+    kept_own, kept_ext = list(own), scored_ext
+    if filter_zero_advantage:
+        kept_own, kept_ext = [], []
+        for groups, kept in ((own, kept_own), (scored_ext, kept_ext)):
+            for g, signal in zip(groups, has_signal(groups)):
+                (kept.append(g) if signal else dropped.append((g, DROP_ZERO_ADVANTAGE)))
+    chosen = sampler.draw(kept_ext, num_external, rng)
+    chosen_ids = {id(g) for g in chosen}
+    dropped.extend((g, DROP_NOT_SAMPLED) for g in kept_ext if id(g) not in chosen_ids)
+    return Selection(own=kept_own, external=chosen, dropped=dropped)
