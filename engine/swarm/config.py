@@ -56,7 +56,7 @@ class ProtocolLimits:
                      "max_completion_bytes", "max_logprobs_per_completion", "max_text_bytes",
                      "max_peers_per_frame", "replay_window", "max_tracked_senders"):
             if not isinstance(getattr(self, name), int):
-                raise ValueError(f"ProtocolLimits.{name} must be an int")
+                raise ValueError(f"ProtocolLimits.{name} must be an int")  # noqa: TRY004 - config convention
         if self.max_frame_bytes > 64 * MiB:
             raise ValueError("ProtocolLimits.max_frame_bytes must be <= 64 MiB")
         if self.max_text_bytes < 64:
@@ -81,7 +81,7 @@ class PoolConfig:
                   max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history)
         for name in ("capacity", "max_policy_lag", "max_uses", "history"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
-                raise ValueError(f"PoolConfig.{name} must be an int")
+                raise ValueError(f"PoolConfig.{name} must be an int")  # noqa: TRY004 - config convention
         if self.max_policy_lag < 0:
             raise ValueError("PoolConfig.max_policy_lag must be >= 0")
         if self.max_peer_share > 1:
@@ -134,7 +134,7 @@ class SwarmConfig:
         if not isinstance(self.listen_host, str) or not self.listen_host:
             raise ValueError("SwarmConfig.listen_host must be a host name or address")
         if not isinstance(self.bootstrap_urls, tuple) or not isinstance(self.peer_urls, tuple):
-            raise ValueError("SwarmConfig.bootstrap_urls and peer_urls must be tuples of URLs")
+            raise ValueError("SwarmConfig.bootstrap_urls and peer_urls must be tuples of URLs")  # noqa: TRY004
         for url in self.bootstrap_urls + self.peer_urls:
             _ws_url("SwarmConfig", url)
         if self.mdns_interfaces is not None and (
@@ -160,7 +160,7 @@ class BootstrapConfig:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"BootstrapConfig.port must be 0..65535, got {self.port!r}")
         if not isinstance(self.link_urls, tuple):
-            raise ValueError("BootstrapConfig.link_urls must be a tuple of URLs")
+            raise ValueError("BootstrapConfig.link_urls must be a tuple of URLs")  # noqa: TRY004
         for url in self.link_urls:
             _ws_url("BootstrapConfig", url)
         _positive("BootstrapConfig", max_connections=self.max_connections)

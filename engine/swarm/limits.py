@@ -63,7 +63,7 @@ class ReplayWindow:
     A seq at or below `high - size` cannot be proven new and is refused.
     """
 
-    __slots__ = ("size", "high", "mask")
+    __slots__ = ("high", "mask", "size")
 
     def __init__(self, size: int) -> None:
         self.size = size

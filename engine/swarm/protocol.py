@@ -24,12 +24,32 @@ from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import SIG_LEN, Identity, b64url, b64url_decode, verify
 from engine.swarm.limits import KeyedBuckets, RefusalCounter, ReplayGuard, TokenBucket
 from engine.swarm.wire import (
-    Hello, PeerEntry, bye_reason, canonical, group_from_wire, group_to_wire, need_dict, need_int,
-    need_list, need_number, need_peer_id, parse_json, peers_from_wire,
+    Hello,
+    PeerEntry,
+    bye_reason,
+    canonical,
+    group_from_wire,
+    group_to_wire,
+    need_dict,
+    need_int,
+    need_list,
+    need_number,
+    need_peer_id,
+    parse_json,
+    peers_from_wire,
 )
 
-__all__ = ["PROTOCOL_VERSION", "FRAME_TYPES", "Envelope", "SwarmProtocol", "PeerConnection",
-           "group_to_wire", "group_from_wire", "Hello", "PeerEntry"]
+__all__ = [
+    "FRAME_TYPES",
+    "PROTOCOL_VERSION",
+    "Envelope",
+    "Hello",
+    "PeerConnection",
+    "PeerEntry",
+    "SwarmProtocol",
+    "group_from_wire",
+    "group_to_wire",
+]
 
 PROTOCOL_VERSION = 1
 FRAME_TYPES = ("hello", "peers", "rollouts", "bye")

@@ -7,15 +7,22 @@ import time
 from dataclasses import replace
 
 import pytest
+from swarm_helpers import frame_dict, make_group, signed_frame
 
 from engine.swarm.config import ProtocolLimits
 from engine.swarm.identity import Identity
 from engine.swarm.protocol import (
-    ByeReceived, DuplicateIdentity, FrameRefused, HelloReceived, PeerConnection, PeersReceived,
-    RolloutsReceived, SelfConnection, SwarmProtocol,
+    ByeReceived,
+    DuplicateIdentity,
+    FrameRefused,
+    HelloReceived,
+    PeerConnection,
+    PeersReceived,
+    RolloutsReceived,
+    SelfConnection,
+    SwarmProtocol,
 )
 from engine.swarm.wire import Hello, group_from_wire, group_to_wire
-from swarm_helpers import frame_dict, make_group, signed_frame
 
 
 class Clock:
