@@ -1,0 +1,109 @@
+"""Header and log view models: the node's state and counters, and a bounded log."""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from engine.events import NODE_STATES, RoundCompleted, StateChanged
+
+STATE_LABELS = {
+    "stopped": "Not contributing",
+    "solo": "Training solo",
+    "joining": "Joining the swarm…",
+    "in_swarm": "In the swarm",
+    "pausing": "Pausing after this round",
+    "paused": "Paused",
+    "leaving": "Leaving…",
+}
+ACTIVE_STATES = ("solo", "joining", "in_swarm", "pausing")  # the big button says "Leave" in these
+
+
+class NodeModel:
+    """What the header and the tray show. `connected` is the control link, not the swarm."""
+
+    def __init__(self) -> None:
+        self.state = "stopped"
+        self.detail = ""
+        self.round = 0
+        self.policy_version = 0
+        self.peers = 0
+        self.model = ""
+        self.device = ""
+        self.backend = ""
+        self.peer_name = ""
+        self.data_dir = ""
+        self.connected = False
+        self.engine_url = ""
+        self.version = 0
+
+    def apply_status(self, status: dict[str, Any]) -> None:
+        state = status.get("state")
+        if isinstance(state, str) and state in NODE_STATES:
+            self.state = state
+        for key in ("detail", "model", "device", "backend", "peer_name", "data_dir"):
+            if isinstance(status.get(key), str):
+                setattr(self, key, status[key])
+        for key in ("round", "policy_version", "peers"):
+            value = status.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                setattr(self, key, value)
+        self.version += 1
+
+    def apply_state(self, event: StateChanged) -> None:
+        if event.state in NODE_STATES:
+            self.state, self.detail = event.state, event.detail
+            self.version += 1
+
+    def apply_round(self, event: RoundCompleted) -> None:
+        if event.round >= self.round:
+            self.round, self.policy_version = event.round, event.policy_version
+            self.version += 1
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def label(self) -> str:
+        return STATE_LABELS.get(self.state, self.state)
+
+    def tooltip(self) -> str:
+        if not self.connected:
+            return "SAPO Swarm: engine not connected"
+        parts = [f"SAPO Swarm: {self.label}"]
+        if self.detail:
+            parts.append(self.detail)
+        parts.append(f"round {self.round} · {self.peers} peer{'s' if self.peers != 1 else ''}")
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class LogLine:
+    ts: float
+    level: str
+    message: str
+
+    def format(self) -> str:
+        return f"{time.strftime('%H:%M:%S', time.localtime(self.ts))}  {self.level.upper():7} {self.message}"
+
+
+class LogModel:
+    def __init__(self, capacity: int = 5000) -> None:
+        self.lines: collections.deque[LogLine] = collections.deque(maxlen=capacity)
+        self._new: list[LogLine] = []
+        self.version = 0
+
+    def add(self, level: str, message: str, ts: float | None = None) -> None:
+        line = LogLine(time.time() if ts is None else ts, level[:16], message[:4000])
+        self.lines.append(line)
+        self._new.append(line)
+        if len(self._new) > self.lines.maxlen:  # a view that never reads must not grow this
+            del self._new[: len(self._new) - self.lines.maxlen]
+        self.version += 1
+
+    def take_new(self) -> list[LogLine]:
+        new, self._new = self._new, []
+        return new

@@ -1,0 +1,80 @@
+"""Fixed-capacity numeric series for plots: appends are O(1), reads are contiguous numpy views.
+
+Storage is twice the capacity; when the write position reaches the end, the newest `capacity` points
+move to the front (amortised O(1)), so `x`/`y` are always one contiguous slice pyqtgraph can take
+without a copy. `version` changes on every append so a view redraws only the curves that changed.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+
+class Ring:
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._x = np.zeros(2 * capacity)
+        self._y = np.zeros(2 * capacity)
+        self._start = 0
+        self._end = 0
+        self.version = 0
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def append(self, x: float, y: float) -> None:
+        if self._end == 2 * self.capacity:  # compact: keep the newest capacity - 1, then append
+            keep = self.capacity - 1
+            self._x[:keep] = self._x[self._end - keep:self._end]
+            self._y[:keep] = self._y[self._end - keep:self._end]
+            self._start, self._end = 0, keep
+        self._x[self._end] = x
+        self._y[self._end] = y
+        self._end += 1
+        if self._end - self._start > self.capacity:
+            self._start += 1
+        self.version += 1
+
+    @property
+    def x(self) -> np.ndarray:
+        return self._x[self._start:self._end]
+
+    @property
+    def y(self) -> np.ndarray:
+        return self._y[self._start:self._end]
+
+    def last(self) -> float | None:
+        return float(self._y[self._end - 1]) if len(self) else None
+
+    def clear(self) -> None:
+        self._start = self._end = 0
+        self.version += 1
+
+
+class Window:
+    """The last `size` values: running mean, min and max (what the reward band shows)."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("window size must be at least 1")
+        self._values: collections.deque[float] = collections.deque(maxlen=size)
+        self._sum = 0.0
+
+    def push(self, value: float) -> None:
+        if len(self._values) == self._values.maxlen:
+            self._sum -= self._values[0]
+        self._values.append(value)
+        self._sum += value
+
+    def mean(self) -> float:
+        return self._sum / len(self._values) if self._values else 0.0
+
+    def min(self) -> float:
+        return min(self._values) if self._values else 0.0
+
+    def max(self) -> float:
+        return max(self._values) if self._values else 0.0

@@ -1,0 +1,77 @@
+"""What the control server serves: the `NodeControl` protocol the engine's node implements.
+
+The server calls the synchronous methods on its own event loop (the node's loop), so they must be
+quick; the async ones may take as long as they need (`leave` waits for the round in flight) and run
+as separate tasks, so a slow `leave` never blocks `status`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from engine.bus import EventBus
+from engine.events import Event
+
+# Keys `status()` returns; the GUI's header shows them.
+STATUS_KEYS = ("state", "detail", "round", "policy_version", "peers", "model", "device", "backend",
+               "data_dir", "peer_name")
+
+
+@runtime_checkable
+class NodeControl(Protocol):
+    bus: EventBus
+
+    def status(self) -> dict[str, Any]:
+        """{"state","detail","round","policy_version","peers","model","device","backend","data_dir","peer_name"}"""
+        ...
+
+    async def join(self) -> None:
+        """Start rounds: in the swarm if one is configured or found, solo when nobody is there."""
+        ...
+
+    async def leave(self) -> None:
+        """Stop after the round in flight, checkpoint, say bye to peers."""
+        ...
+
+    async def pause(self, after_round: bool = True) -> None:
+        """Pause; with `after_round` the round in flight finishes first ("pausing" state)."""
+        ...
+
+    async def resume(self) -> None:
+        ...
+
+    async def snooze(self, seconds: float) -> None:
+        """Pause now and resume by itself after `seconds`."""
+        ...
+
+    def get_settings(self) -> dict[str, Any]:
+        """ContributorSettings.to_dict()."""
+        ...
+
+    async def update_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """Validate and apply (ValueError -> an error reply); returns the new settings dict."""
+        ...
+
+    def history(self, limit: int = 2000) -> dict[str, Any]:
+        """{"rounds": [...], "evals": [...], "rollouts": [...], "peers": [...]} from the store, oldest first."""
+        ...
+
+    def machine(self) -> dict[str, Any]:
+        """The `sapo doctor --json` object: {"device": {...}, "pick": {...}, "candidates": [...]}."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelProgress(Event):
+    """Progress of a model switch (optional node feature `select_model`): download, conversion, load.
+
+    Defined here rather than in engine/events.py because only the control API and the GUI use it;
+    subclassing Event registers it, so `event_from_dict` rebuilds it like any other event.
+    """
+
+    model_id: str
+    phase: str  # "download" | "convert" | "load" | "ready" | "error"
+    done: float  # units of work done (bytes, steps); 0 when unknown
+    total: float  # units of work in all; 0 when unknown (indeterminate progress)
+    message: str = ""
