@@ -40,3 +40,29 @@ def frame_dict(identity: Identity, frame_type: str, body: dict[str, Any], seq: i
     """A frame as a dict; `seq` is relative to SEQ_BASE so it is newer than the link's hello."""
     return {"v": 1, "type": frame_type, "from": identity.peer_id, "seq": SEQ_BASE + seq,
             "ts": time.time() if ts is None else ts, "body": body}
+
+
+def real_groups(origin: str, n: int, seed: int = 5, policy_version: int = 3) -> list[RolloutGroup]:
+    """Groups for real ReasoningGym questions: one correct completion, one wrong, one malformed."""
+    import random
+
+    from engine.tasks import library
+
+    refs = library.preset("seed-easy").sample_refs(random.Random(seed), n, dataset_seed=seed)
+    groups = []
+    for ref in refs:
+        question = library.regenerate(ref)
+        completions = (library.demonstration(question), "<answer>definitely wrong</answer>", "no answer")
+        groups.append(RolloutGroup(ref, question.hash, completions,
+                                   Provenance(origin, "seed", policy_version, 1, time.time())))
+    return groups
+
+
+def library_rescore(group: RolloutGroup) -> RolloutGroup | None:
+    """What the node passes to RolloutPool: regenerate from the ref, check the hash, score locally."""
+    from engine.tasks import library
+
+    question = library.verify(group.ref, group.question_hash)
+    if question is None:
+        return None
+    return group.with_rewards(tuple(library.score(question, c) for c in group.completions))

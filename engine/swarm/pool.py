@@ -1,0 +1,267 @@
+"""The bounded pool of rollout groups received from peers.
+
+Every group offered is re-scored locally first (`rescore` regenerates the question from its task
+reference, checks the hash, and scores each completion with the local verifier); a forged or unknown
+reference is dropped. Kept groups are bounded by capacity, by a per-peer share, by age (since receipt)
+and by policy staleness (versions behind the newest seen from the same origin). Content-identical
+groups are kept once. Every decision is counted per peer and kept in a short history.
+
+Thread-safe: the asyncio side offers while the trainer thread reads candidates and marks them used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from engine.sapo.records import RolloutGroup
+from engine.swarm.config import PoolConfig
+
+# Why a group left (or never entered) the pool.
+DROP_REASONS = (
+    "local_group",  # a group of our own: the pool holds peers' groups only
+    "duplicate",  # same content as a group already received
+    "forged_ref",  # the reference does not regenerate a question with that hash (or is unknown)
+    "rescore_error",  # the local verifier failed on it (logged with the error type)
+    "stale_policy",  # generated too many policy versions before its origin's newest
+    "expired",  # in the pool longer than max_age_s
+    "evicted_peer_share",  # its origin peer exceeded its share; its oldest group made room
+    "evicted_capacity",  # the pool was full; the oldest group made room
+)
+MAX_TRACKED_PEERS = 1024
+SEEN_KEYS_PER_SLOT = 8  # remember this many content keys per pool slot for duplicate detection
+
+
+def content_key(group: RolloutGroup) -> str:
+    """Identity of a group's content (reference, question hash, completions); rewards excluded."""
+    payload = json.dumps([group.ref.key, group.question_hash, list(group.completions)],
+                         ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class PoolDecision:
+    """What happened to one group: "pooled", "used" or "dropped" (with a reason)."""
+
+    status: str
+    reason: str
+    group: RolloutGroup  # scored when status is "pooled" or "used"
+    peer_name: str
+    at: float
+
+    @property
+    def peer(self) -> str:
+        return self.group.provenance.origin_peer
+
+
+@dataclass
+class _Entry:
+    group: RolloutGroup
+    peer_name: str
+    received_at: float
+    uses: int = 0
+
+
+@dataclass
+class _PeerStats:
+    name: str = ""
+    received: int = 0
+    pooled: int = 0
+    used: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    newest_policy: int = -1
+
+    def as_dict(self, in_pool: int) -> dict[str, Any]:
+        return {"name": self.name, "received": self.received, "pooled": self.pooled, "used": self.used,
+                "dropped": dict(self.dropped), "in_pool": in_pool, "newest_policy": self.newest_policy}
+
+
+class RolloutPool:
+    """Peers' scored rollout groups, bounded and deduplicated. See the module docstring."""
+
+    def __init__(self, config: PoolConfig, rescore: Callable[[RolloutGroup], RolloutGroup | None],
+                 clock: Callable[[], float] = time.time,
+                 on_decision: Callable[[PoolDecision], None] | None = None) -> None:
+        self.config = config
+        self._rescore = rescore
+        self._clock = clock
+        self._on_decision = on_decision
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # content key -> entry, oldest first
+        self._seen: OrderedDict[str, None] = OrderedDict()  # content keys ever offered (bounded)
+        self._peers: OrderedDict[str, _PeerStats] = OrderedDict()
+        self._history: deque[PoolDecision] = deque(maxlen=config.history)
+        self._totals: Counter[str] = Counter()
+        self._dropped: Counter[str] = Counter()
+
+    # --- writers ------------------------------------------------------------------------------------
+    def offer(self, group: RolloutGroup, peer_name: str = "") -> PoolDecision:
+        """Re-score and keep `group`, or drop it with a reason. Never trusts rewards on the group."""
+        group = group if group.rewards is None else replace(group, rewards=None)
+        key = content_key(group)
+        with self._lock:
+            stats = self._peer(group.provenance.origin_peer, peer_name)
+            stats.received += 1
+            self._totals["received"] += 1
+            early = self._early_reason(group, key, stats)
+            if early is None:
+                self._remember(key)  # claimed now, so a copy arriving while we score is a duplicate
+        if early is not None:
+            return self._decided([self._drop(group, peer_name, early)])
+        try:
+            scored = self._rescore(group)
+        except Exception as exc:  # noqa: BLE001 - a verifier bug must cost one group, not the link
+            return self._decided([self._drop(group, peer_name, "rescore_error", type(exc).__name__)])
+        if scored is None:
+            return self._decided([self._drop(group, peer_name, "forged_ref")])
+        if scored.rewards is None or len(scored.rewards) != len(group.completions):
+            return self._decided([self._drop(group, peer_name, "rescore_error", "no rewards")])
+        # Keep exactly what was offered, with the verifier's rewards: rescore may only add rewards.
+        scored = replace(group, rewards=scored.rewards)
+        with self._lock:
+            decisions = self._insert(scored, key, peer_name)
+        return self._decided(decisions)
+
+    def mark_used(self, groups: Sequence[RolloutGroup]) -> None:
+        """The trainer used these groups; after `max_uses` uses a group leaves the pool."""
+        decisions = []
+        with self._lock:
+            for group in groups:
+                key = content_key(group)
+                entry = self._entries.get(key)
+                if entry is None:
+                    continue
+                entry.uses += 1
+                self._totals["used"] += 1
+                self._peer(group.provenance.origin_peer, entry.peer_name).used += 1
+                if entry.uses >= self.config.max_uses:
+                    del self._entries[key]
+                decisions.append(PoolDecision("used", "", entry.group, entry.peer_name, self._clock()))
+        self._finish(decisions)
+
+    # --- readers ------------------------------------------------------------------------------------
+    def candidates(self) -> list[RolloutGroup]:
+        """Current, non-stale, scored groups, oldest first (expired and policy-stale ones are dropped)."""
+        with self._lock:
+            decisions = self._expire()
+            groups = [entry.group for entry in self._entries.values()]
+        self._finish(decisions)
+        return groups
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def stats(self) -> dict[str, Any]:
+        """received / pooled / used / dropped by reason, overall and per origin peer."""
+        with self._lock:
+            in_pool: Counter[str] = Counter(e.group.provenance.origin_peer for e in self._entries.values())
+            return {
+                "size": len(self._entries),
+                "capacity": self.config.capacity,
+                "received": self._totals["received"],
+                "pooled": self._totals["pooled"],
+                "used": self._totals["used"],
+                "dropped": dict(self._dropped),
+                "per_peer": {pid: s.as_dict(in_pool[pid]) for pid, s in self._peers.items()},
+            }
+
+    def recent(self) -> list[PoolDecision]:
+        """The last `config.history` decisions, oldest first."""
+        with self._lock:
+            return list(self._history)
+
+    # --- internals (called with the lock held unless noted) ------------------------------------------
+    def _peer(self, peer_id: str, name: str) -> _PeerStats:
+        stats = self._peers.get(peer_id)
+        if stats is None:
+            stats = self._peers[peer_id] = _PeerStats(name=name)
+            if len(self._peers) > MAX_TRACKED_PEERS:
+                self._peers.popitem(last=False)
+        else:
+            self._peers.move_to_end(peer_id)
+            stats.name = name or stats.name
+        return stats
+
+    def _early_reason(self, group: RolloutGroup, key: str, stats: _PeerStats) -> str | None:
+        if group.is_local:
+            return "local_group"
+        if key in self._seen:
+            return "duplicate"
+        version = group.provenance.policy_version
+        stats.newest_policy = max(stats.newest_policy, version)
+        if version + self.config.max_policy_lag < stats.newest_policy:
+            return "stale_policy"
+        return None
+
+    def _remember(self, key: str) -> None:
+        self._seen[key] = None
+        if len(self._seen) > self.config.capacity * SEEN_KEYS_PER_SLOT:
+            self._seen.popitem(last=False)
+
+    def _insert(self, group: RolloutGroup, key: str, peer_name: str) -> list[PoolDecision]:
+        now = self._clock()
+        peer = group.provenance.origin_peer
+        decisions = self._expire()
+        own = [k for k, e in self._entries.items() if e.group.provenance.origin_peer == peer]
+        # Prefer fresh work: a peer over its share loses its oldest group, not the new one.
+        while len(own) >= self.config.per_peer_cap:
+            decisions.append(self._evict(own.pop(0), "evicted_peer_share"))
+        while len(self._entries) >= self.config.capacity:
+            decisions.append(self._evict(next(iter(self._entries)), "evicted_capacity"))
+        self._entries[key] = _Entry(group, peer_name, now)
+        self._totals["pooled"] += 1
+        self._peer(peer, peer_name).pooled += 1
+        decisions.append(PoolDecision("pooled", "", group, peer_name, now))
+        return decisions
+
+    def _evict(self, key: str, reason: str) -> PoolDecision:
+        entry = self._entries.pop(key)
+        return self._count_drop(entry.group, entry.peer_name, reason)
+
+    def _expire(self) -> list[PoolDecision]:
+        now, decisions = self._clock(), []
+        for key, entry in list(self._entries.items()):
+            stats = self._peers.get(entry.group.provenance.origin_peer)
+            newest = stats.newest_policy if stats is not None else -1
+            if now - entry.received_at > self.config.max_age_s:
+                decisions.append(self._evict(key, "expired"))
+            elif entry.group.provenance.policy_version + self.config.max_policy_lag < newest:
+                decisions.append(self._evict(key, "stale_policy"))
+        return decisions
+
+    def _count_drop(self, group: RolloutGroup, peer_name: str, reason: str) -> PoolDecision:
+        self._dropped[reason] += 1
+        self._peer(group.provenance.origin_peer, peer_name).dropped[reason] += 1
+        return PoolDecision("dropped", reason, group, peer_name, self._clock())
+
+    def _drop(self, group: RolloutGroup, peer_name: str, reason: str, detail: str = "") -> PoolDecision:
+        """Lock NOT held by the caller."""
+        with self._lock:
+            decision = self._count_drop(group, peer_name, reason)
+        return decision if not detail else PoolDecision("dropped", f"{reason}: {detail}", group,
+                                                       peer_name, decision.at)
+
+    def _decided(self, decisions: list[PoolDecision]) -> PoolDecision:
+        last = self._finish(decisions)
+        if last is None:
+            raise RuntimeError("offer produced no decision")  # unreachable: every path appends one
+        return last
+
+    def _finish(self, decisions: list[PoolDecision]) -> PoolDecision | None:
+        """Record decisions and notify (lock NOT held: the callback may take its own locks).
+
+        Returns the last decision: in `offer`, always the offered group's own.
+        """
+        with self._lock:
+            self._history.extend(decisions)
+        if self._on_decision is not None:
+            for decision in decisions:
+                self._on_decision(decision)
+        return decisions[-1] if decisions else None

@@ -1,0 +1,172 @@
+"""The external rollout pool, with the real task library as the re-scorer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+from swarm_helpers import library_rescore, make_group, real_groups
+
+from engine.sapo.records import Provenance
+from engine.swarm.config import PoolConfig
+from engine.swarm.identity import Identity
+from engine.swarm.pool import PoolDecision, RolloutPool
+from engine.tasks.reference import TaskRef
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+PEER_A = Identity.generate().peer_id
+PEER_B = Identity.generate().peer_id
+
+
+def test_real_groups_are_rescored_locally() -> None:
+    pool = RolloutPool(PoolConfig(), library_rescore)
+    [group] = real_groups(PEER_A, 1)
+    forged_rewards = group.with_rewards((0.0, 1.0, 1.0))  # a peer's rewards are never believed
+    decision = pool.offer(forged_rewards, "amber-otter")
+    assert decision.status == "pooled"
+    assert decision.group.rewards == (1.0, 0.0, 0.0)
+    assert pool.candidates() == [decision.group]
+
+
+def test_forged_task_reference_is_dropped() -> None:
+    pool = RolloutPool(PoolConfig(), library_rescore)
+    [group] = real_groups(PEER_A, 1)
+    # Same reference, a hash of some other question: a peer trying to plant its own ground truth.
+    forged = replace(group, question_hash="0" * 64)
+    assert pool.offer(forged).reason == "forged_ref"
+    unknown = replace(group, ref=TaskRef("no_such_task", {}, 1, 1))
+    assert pool.offer(unknown).reason == "forged_ref"
+    bad_config = replace(group, ref=TaskRef(group.ref.specialty, {"bogus_option": 3}, 1, 1))
+    assert pool.offer(bad_config).reason == "forged_ref"
+    assert pool.candidates() == []
+    assert pool.stats()["dropped"] == {"forged_ref": 3}
+
+
+def test_duplicates_by_content() -> None:
+    pool = RolloutPool(PoolConfig(), lambda g: g.with_rewards((1.0,) * len(g.completions)))
+    group = make_group(PEER_A, 1)
+    assert pool.offer(group).status == "pooled"
+    assert pool.offer(group).reason == "duplicate"
+    # Same content relayed from someone else, or with other provenance: still a duplicate.
+    other = replace(group, provenance=replace(group.provenance, origin_peer=PEER_B, round=99))
+    assert pool.offer(other).reason == "duplicate"
+    assert pool.offer(replace(group, completions=("4", "6"))).status == "pooled"
+
+
+def test_local_groups_are_refused() -> None:
+    pool = RolloutPool(PoolConfig(), library_rescore)
+    local = replace(make_group(PEER_A), provenance=Provenance.local("seed", 1, 1))
+    assert pool.offer(local).reason == "local_group"
+
+
+def test_capacity_and_per_peer_share_evict_oldest() -> None:
+    cfg = PoolConfig(capacity=4, max_peer_share=0.5)
+    pool = RolloutPool(cfg, lambda g: g.with_rewards((0.0,) * len(g.completions)))
+    for i in range(3):
+        pool.offer(make_group(PEER_A, i))
+    # Peer A may hold 2: its oldest (index 0) made room.
+    assert [g.ref.index for g in pool.candidates()] == [1, 2]
+    for i in range(10, 13):
+        pool.offer(make_group(PEER_B, i))
+    assert [(g.provenance.origin_peer == PEER_A, g.ref.index) for g in pool.candidates()] == [
+        (True, 1), (True, 2), (False, 11), (False, 12)]
+    third = Identity.generate().peer_id
+    pool.offer(make_group(third, 20))
+    assert len(pool) == 4 and pool.candidates()[0].ref.index == 2  # global oldest evicted
+    dropped = pool.stats()["dropped"]
+    assert dropped == {"evicted_peer_share": 2, "evicted_capacity": 1}
+
+
+def test_age_and_policy_staleness() -> None:
+    clock = Clock()
+    cfg = PoolConfig(max_age_s=60.0, max_policy_lag=5)
+    pool = RolloutPool(cfg, lambda g: g.with_rewards((1.0,) * len(g.completions)), clock=clock)
+    pool.offer(make_group(PEER_A, 1, policy_version=10))
+    clock.now += 30
+    pool.offer(make_group(PEER_B, 2, policy_version=10))
+    clock.now += 31  # group 1 is now 61 s old
+    assert [g.ref.index for g in pool.candidates()] == [2]
+    # B's policy moves to version 20: its version-10 group is now stale, and so is a late old one.
+    pool.offer(make_group(PEER_B, 3, policy_version=20))
+    assert [g.ref.index for g in pool.candidates()] == [3]
+    assert pool.offer(make_group(PEER_B, 4, policy_version=14)).reason == "stale_policy"
+    assert pool.offer(make_group(PEER_B, 5, policy_version=15)).status == "pooled"
+    assert pool.stats()["dropped"] == {"expired": 1, "stale_policy": 2}
+
+
+def test_mark_used_and_stats_per_peer() -> None:
+    seen: list[PoolDecision] = []
+    pool = RolloutPool(PoolConfig(max_uses=2), library_rescore, on_decision=seen.append)
+    groups = real_groups(PEER_A, 3)
+    for group in groups:
+        pool.offer(group, "amber-otter")
+    pool.offer(replace(groups[0], question_hash="f" * 64), "amber-otter")
+    scored = pool.candidates()
+    pool.mark_used(scored[:2])
+    assert len(pool.candidates()) == 3
+    pool.mark_used(scored[:1])
+    assert len(pool.candidates()) == 2
+    stats = pool.stats()
+    assert (stats["received"], stats["pooled"], stats["used"]) == (4, 3, 3)
+    peer = stats["per_peer"][PEER_A]
+    assert peer["name"] == "amber-otter" and peer["in_pool"] == 2 and peer["dropped"] == {"forged_ref": 1}
+    assert [d.status for d in seen] == ["pooled"] * 3 + ["dropped", "used", "used", "used"]
+    assert pool.recent() == seen
+
+
+def test_rescore_errors_are_counted_not_raised() -> None:
+    def broken(group):  # type: ignore[no-untyped-def]
+        raise KeyError("verifier bug")
+
+    pool = RolloutPool(PoolConfig(), broken)
+    decision = pool.offer(make_group(PEER_A))
+    assert decision.status == "dropped" and decision.reason == "rescore_error: KeyError"
+    assert pool.stats()["dropped"] == {"rescore_error": 1}
+
+
+def test_concurrent_offers_and_reads() -> None:
+    pool = RolloutPool(PoolConfig(capacity=64, max_peer_share=1.0),
+                       lambda g: g.with_rewards((1.0,) * len(g.completions)))
+    errors: list[BaseException] = []
+
+    def writer(base: int) -> None:
+        for i in range(300):
+            pool.offer(make_group(PEER_A, base + i))
+
+    def reader() -> None:
+        deadline = time.time() + 0.5
+        while time.time() < deadline:
+            try:
+                pool.mark_used(pool.candidates()[:3])
+                pool.stats()
+            except BaseException as exc:  # surfaced below: a race would show here
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=writer, args=(b,)) for b in (0, 1000)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    stats = pool.stats()
+    assert stats["received"] == 600 and stats["size"] <= 64
+    assert stats["pooled"] == stats["used"] + stats["size"] + sum(stats["dropped"].values())
+
+
+@pytest.mark.parametrize("bad", [dict(capacity=0), dict(max_peer_share=1.5), dict(max_age_s=float("nan")),
+                                 dict(max_policy_lag=-1), dict(capacity=2.5)])
+def test_config_validation(bad: dict) -> None:
+    with pytest.raises(ValueError, match="PoolConfig"):
+        PoolConfig(**bad)
