@@ -1,0 +1,245 @@
+"""The node's SQLite store (WAL): per-round metrics, held-out evals, rollouts seen, peers.
+
+One connection shared by the node's threads behind a lock; every write commits, so metrics already
+written survive a crash. Text that came from peers is length-capped; numbers must be finite.
+The schema is versioned in `meta`; a newer schema than this code knows is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+SCHEMA_VERSION = 1
+MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
+MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
+ROLLOUT_STATUSES = ("pooled", "used", "dropped")
+PEER_SOURCES = ("mdns", "bootstrap", "manual")
+
+# Per-round scalar metrics, in the order `sapo history` prints them.
+ROUND_METRICS: tuple[str, ...] = (
+    "reward_mean", "reward_std", "frac_reward_zero_std", "completion_len_mean", "completion_len_max",
+    "completion_clipped_ratio", "entropy", "loss", "grad_norm", "clip_fraction", "kl", "tokens_per_s",
+    "groups_trained", "rows_trained",
+)
+PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rounds (
+    round INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, ts REAL NOT NULL,
+    num_local INTEGER NOT NULL, num_external INTEGER NOT NULL,
+    {", ".join(f"{m} REAL" for m in ROUND_METRICS)},
+    {", ".join(f"seconds_{p} REAL" for p in PHASES)},
+    per_specialty_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS evals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, policy_version INTEGER NOT NULL,
+    ts REAL NOT NULL, kind TEXT NOT NULL, k INTEGER NOT NULL, pass1 REAL NOT NULL, passk REAL NOT NULL,
+    report_json TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS rollouts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, origin_peer TEXT NOT NULL,
+    specialty TEXT NOT NULL, ref_key TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
+    reward REAL
+);
+CREATE INDEX IF NOT EXISTS rollouts_peer ON rollouts(origin_peer);
+CREATE TABLE IF NOT EXISTS peers (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, model TEXT NOT NULL, found_by TEXT NOT NULL,
+    address TEXT NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
+    received INTEGER NOT NULL DEFAULT 0, used INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+class StoreError(RuntimeError):
+    """The database can't be used by this version (newer schema, corrupt file)."""
+
+
+def _text(value: Any, name: str, limit: int = MAX_TEXT) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string")
+    return value[:limit]
+
+
+def _finite(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+class Store:
+    """SQLite store at `path` (created with parents). Use as a context manager or call close()."""
+
+    def __init__(self, path: str | Path, *, max_rollouts: int = 100_000) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.max_rollouts = max_rollouts
+        self._lock = threading.Lock()
+        self._inserts_since_prune = 0
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+        self._db.row_factory = sqlite3.Row
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
+            with self._db:
+                self._db.executescript(_SCHEMA)
+                row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+                if row is None:
+                    self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise StoreError(f"{self.path} has schema v{row[0]}; this version reads up to "
+                                     f"v{SCHEMA_VERSION}: upgrade sapo-swarm or use another data dir")
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"cannot open store {self.path}: {exc}") from exc
+        except StoreError:
+            self._db.close()
+            raise
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Cursor:
+        with self._lock, self._db:
+            return self._db.execute(sql, tuple(params))
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._db.execute(sql, tuple(params)).fetchall()]
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._read("SELECT value FROM meta WHERE key='schema_version'")[0]["value"])
+
+    # -- rounds -------------------------------------------------------------------------------
+    def record_round(self, round: int, policy_version: int, metrics: Mapping[str, float],
+                     per_specialty: Mapping[str, float], phase_seconds: Mapping[str, float],
+                     num_local: int, num_external: int, ts: float | None = None) -> None:
+        """Write one round (a replayed round after a resume replaces the old row)."""
+        values = [_count(round, "round"), _count(policy_version, "policy_version"),
+                  _finite(ts if ts is not None else time.time(), "ts"),
+                  _count(num_local, "num_local"), _count(num_external, "num_external")]
+        values += [_finite(metrics[m], m) if m in metrics else None for m in ROUND_METRICS]
+        values += [_finite(phase_seconds[p], p) if p in phase_seconds else None for p in PHASES]
+        spec = {_text(k, "specialty"): _finite(v, k) for k, v in per_specialty.items()}
+        values.append(json.dumps(spec, sort_keys=True))
+        cols = 5 + len(ROUND_METRICS) + len(PHASES) + 1
+        self._write(f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * cols)})", values)
+
+    def rounds(self, since: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Rounds in order (since: rounds > since; limit: the newest `limit` of those)."""
+        sql, params = "SELECT * FROM rounds", []
+        if since is not None:
+            sql, params = sql + " WHERE round > ?", [since]
+        if limit is not None:
+            sql = f"SELECT * FROM ({sql} ORDER BY round DESC LIMIT ?) ORDER BY round"
+            params.append(int(limit))
+        else:
+            sql += " ORDER BY round"
+        rows = self._read(sql, params)
+        for r in rows:
+            r["per_specialty"] = json.loads(r.pop("per_specialty_json"))
+        return rows
+
+    def last_round(self) -> int | None:
+        row = self._read("SELECT MAX(round) AS r FROM rounds")[0]
+        return None if row["r"] is None else int(row["r"])
+
+    def export_rounds_csv(self, out: TextIO) -> int:
+        """Write all rounds as CSV (per-specialty rewards as reward_<specialty> columns) -> rows."""
+        rows = self.rounds()
+        specialties = sorted({s for r in rows for s in r["per_specialty"]})
+        head = ["round", "policy_version", "ts", "num_local", "num_external", *ROUND_METRICS,
+                *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
+        writer = csv.writer(out)
+        writer.writerow(head)
+        for r in rows:
+            writer.writerow([r[c] for c in head[:-len(specialties) or None]]
+                            + [r["per_specialty"].get(s, "") for s in specialties])
+        return len(rows)
+
+    # -- evals --------------------------------------------------------------------------------
+    def record_eval(self, round: int, policy_version: int, report: Mapping[str, Any],
+                    kind: str = "heldout", ts: float | None = None) -> None:
+        """Store an EvalReport.to_dict() (overall pass1/passk as columns, the rest as JSON)."""
+        overall = report.get("overall") or {}
+        self._write("INSERT INTO evals (round, policy_version, ts, kind, k, pass1, passk, report_json) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (_count(round, "round"), _count(policy_version, "policy_version"),
+                     _finite(ts if ts is not None else time.time(), "ts"), _text(kind, "kind"),
+                     _count(report.get("k"), "k"), _finite(overall.get("pass1"), "pass1"),
+                     _finite(overall.get("passk"), "passk"), json.dumps(dict(report), sort_keys=True)))
+
+    def evals(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql, params = "SELECT * FROM evals", []
+        if kind is not None:
+            sql, params = sql + " WHERE kind = ?", [kind]
+        rows = self._read(sql + " ORDER BY round, id", params)
+        for r in rows:
+            r["report"] = json.loads(r.pop("report_json"))
+        return rows
+
+    # -- rollouts from peers --------------------------------------------------------------------
+    def record_rollout(self, origin_peer: str, specialty: str, ref_key: str, status: str,
+                       reason: str = "", reward: float | None = None, ts: float | None = None) -> None:
+        if status not in ROLLOUT_STATUSES:
+            raise ValueError(f"status must be one of {ROLLOUT_STATUSES}, got {status!r}")
+        self._write("INSERT INTO rollouts (ts, origin_peer, specialty, ref_key, status, reason, reward) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (_finite(ts if ts is not None else time.time(), "ts"), _text(origin_peer, "origin_peer"),
+                     _text(specialty, "specialty"), _text(ref_key, "ref_key", MAX_REF_KEY), status, _text(reason, "reason"),
+                     None if reward is None else _finite(reward, "reward")))
+        self._inserts_since_prune += 1
+        if self._inserts_since_prune >= 1000:  # bounded: the table never grows past max_rollouts
+            self._inserts_since_prune = 0
+            self._write("DELETE FROM rollouts WHERE id <= (SELECT MAX(id) FROM rollouts) - ?",
+                        (self.max_rollouts,))
+
+    def rollouts(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The newest `limit` rollouts, newest first."""
+        return self._read("SELECT * FROM rollouts ORDER BY id DESC LIMIT ?", (int(limit),))
+
+    def rollout_counts(self) -> dict[str, int]:
+        rows = self._read("SELECT status, COUNT(*) AS n FROM rollouts GROUP BY status")
+        return {r["status"]: int(r["n"]) for r in rows}
+
+    # -- peers ----------------------------------------------------------------------------------
+    def upsert_peer(self, peer_id: str, name: str, model: str, found_by: str, address: str,
+                    seen_at: float | None = None) -> None:
+        if found_by not in PEER_SOURCES:
+            raise ValueError(f"found_by must be one of {PEER_SOURCES}, got {found_by!r}")
+        now = _finite(seen_at if seen_at is not None else time.time(), "seen_at")
+        self._write("INSERT INTO peers (id, name, model, found_by, address, first_seen, last_seen) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET name=excluded.name, "
+                    "model=excluded.model, found_by=excluded.found_by, address=excluded.address, "
+                    "last_seen=excluded.last_seen",
+                    (_text(peer_id, "peer_id"), _text(name, "name"), _text(model, "model"), found_by,
+                     _text(address, "address"), now, now))
+
+    def add_peer_counts(self, peer_id: str, received: int = 0, used: int = 0) -> None:
+        self._write("UPDATE peers SET received = received + ?, used = used + ? WHERE id = ?",
+                    (_count(received, "received"), _count(used, "used"), _text(peer_id, "peer_id")))
+
+    def peers(self) -> list[dict[str, Any]]:
+        return self._read("SELECT * FROM peers ORDER BY last_seen DESC")

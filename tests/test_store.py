@@ -1,0 +1,101 @@
+"""The SQLite store on real files: rounds, evals, rollouts, peers, schema version, bad input."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine.store import ROUND_METRICS, Store, StoreError
+
+
+def _metrics(x: float) -> dict[str, float]:
+    return {m: x for m in ROUND_METRICS}
+
+
+def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
+    path = tmp_path / "node.db"
+    with Store(path) as store:
+        assert store.schema_version == 1
+        for r in range(1, 4):
+            store.record_round(r, r, _metrics(r / 10), {"bf": r / 10}, {"generate": 0.5, "total": 1.0}, 8, 0,
+                               ts=100.0 + r)
+        store.record_round(3, 3, _metrics(0.9), {"bf": 0.9}, {}, 8, 0, ts=200.0)  # replayed after resume
+    with Store(path) as store:
+        rows = store.rounds()
+        assert [r["round"] for r in rows] == [1, 2, 3]
+        assert rows[2]["reward_mean"] == 0.9 and rows[2]["seconds_generate"] is None
+        assert rows[0]["per_specialty"] == {"bf": 0.1} and rows[0]["seconds_generate"] == 0.5
+        assert [r["round"] for r in store.rounds(since=1)] == [2, 3]
+        assert [r["round"] for r in store.rounds(limit=2)] == [2, 3]
+        assert store.last_round() == 3
+        out = io.StringIO()
+        assert store.export_rounds_csv(out) == 3
+        lines = out.getvalue().splitlines()
+        assert lines[0].startswith("round,policy_version") and lines[0].endswith("reward_bf")
+        assert lines[1].split(",")[-1] == "0.1"
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_rejects_non_finite_and_bad_values(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        with pytest.raises(ValueError):
+            store.record_round(1, 1, {"loss": float("nan")}, {}, {}, 1, 0)
+        with pytest.raises(ValueError):
+            store.record_round(-1, 1, {}, {}, {}, 1, 0)
+        with pytest.raises(ValueError):
+            store.record_rollout("p", "bf", "k", "eaten")
+        with pytest.raises(ValueError):
+            store.upsert_peer("p", "n", "m", "carrier-pigeon", "addr")
+        assert store.rounds() == []
+
+
+def test_evals_rollouts_and_peers(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db", max_rollouts=10) as store:
+        store.record_eval(5, 5, {"k": 8, "overall": {"pass1": 0.2, "passk": 0.5}, "per_specialty": {}})
+        ev = store.evals("heldout")
+        assert len(ev) == 1 and ev[0]["pass1"] == 0.2 and ev[0]["report"]["k"] == 8
+        store.upsert_peer("peer1", "x" * 1000, "seed", "mdns", "127.0.0.1:1", seen_at=1.0)
+        store.upsert_peer("peer1", "alice", "seed", "bootstrap", "127.0.0.1:2", seen_at=2.0)
+        store.add_peer_counts("peer1", received=3, used=1)
+        store.add_peer_counts("peer1", received=2)
+        (peer,) = store.peers()
+        assert (peer["name"], peer["found_by"], peer["first_seen"], peer["last_seen"]) == ("alice", "bootstrap", 1.0, 2.0)
+        assert (peer["received"], peer["used"]) == (5, 1)
+        for i in range(1005):  # pruning runs every 1000 inserts and keeps max_rollouts
+            store.record_rollout("peer1", "bf", f"bf|{{}}|1|{i}", "used" if i % 2 else "dropped",
+                                 "zero_advantage" if i % 2 == 0 else "", reward=1.0)
+        newest = store.rollouts(limit=3)
+        assert [r["ref_key"] for r in newest] == ["bf|{}|1|1004", "bf|{}|1|1003", "bf|{}|1|1002"]
+        assert sum(store.rollout_counts().values()) < 1005
+
+
+def test_threads_share_one_store(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        def write(base: int) -> None:
+            for r in range(base, base + 50):
+                store.record_round(r, r, {}, {}, {}, 1, 0)
+        threads = [threading.Thread(target=write, args=(b,)) for b in (0, 100, 200)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(store.rounds()) == 150
+
+
+def test_refuses_a_newer_schema_and_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    Store(path).close()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema v99"):
+        Store(path)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StoreError):
+        Store(junk)
