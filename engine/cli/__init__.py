@@ -12,6 +12,8 @@ import sys
 # One line per command module; each owner adds its own.
 COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.doctor",
+    "engine.cli.seed_model",
+    "engine.cli.tasks",
 )
 
 
