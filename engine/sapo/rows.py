@@ -1,0 +1,98 @@
+"""From scored rollout groups to loss rows: local re-tokenisation, advantages, round metrics.
+
+Own groups keep the exact token ids they were sampled as. External groups are plain text from a
+peer: their completions are re-tokenised with the local tokenizer after the local prompt template,
+so the loss sees them exactly as if this node had produced that text.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.models.generate import Completion, encode_prompts
+from engine.sapo.grpo import group_advantages
+from engine.sapo.records import RolloutGroup
+from engine.sapo.update import TrainRow
+
+
+@dataclass(frozen=True)
+class LocalGroup:
+    """An own group as generated this round: the record plus what only the generator knows."""
+
+    group: RolloutGroup  # rewards filled by the local verifier
+    prompt: str  # rendered prompt
+    completions: tuple[Completion, ...]  # sampled token ids and log-probs
+
+
+def retokenize_completion(tokenizer: Any, text: str, eos_id: int, max_tokens: int) -> tuple[int, ...]:
+    """A peer's completion text -> local token ids, ending with EOS as a finished sample would.
+
+    Longer than `max_tokens`: cut to `max_tokens` without EOS, like a locally truncated sample.
+    """
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if len(ids) + 1 > max_tokens:
+        return tuple(ids[:max_tokens])
+    return tuple(ids + [eos_id])
+
+
+def advantages_of(group: RolloutGroup, eps: float) -> list[float]:
+    """Group advantages from the group's local rewards."""
+    if group.rewards is None:
+        raise ValueError("group is not scored")
+    return group_advantages(torch.tensor([list(group.rewards)], dtype=torch.float64), eps)[0].tolist()
+
+
+def local_rows(groups: Sequence[LocalGroup], tokenizer: Any, eps: float) -> list[TrainRow]:
+    rows: list[TrainRow] = []
+    for lg in groups:
+        prompt_ids = tuple(encode_prompts(tokenizer, [lg.prompt])[0])
+        for comp, adv in zip(lg.completions, advantages_of(lg.group, eps)):
+            rows.append(TrainRow(prompt_ids, comp.token_ids, adv, False, math.fsum(comp.logprobs)))
+    return rows
+
+
+def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], tokenizer: Any, eos_id: int,
+                  max_tokens: int, eps: float) -> list[TrainRow]:
+    """Rows for external groups; prompts[i] is the local rendering of groups[i]'s regenerated question."""
+    rows: list[TrainRow] = []
+    for group, prompt in zip(groups, prompts):
+        prompt_ids = tuple(encode_prompts(tokenizer, [prompt])[0])
+        sums = group.generator_logprob_sums()
+        if sums is not None and (len(sums) != len(group.completions) or not all(math.isfinite(s) for s in sums)):
+            sums = None  # malformed log-probs from a peer: treat as absent
+        for i, (text, adv) in enumerate(zip(group.completions, advantages_of(group, eps))):
+            ids = retokenize_completion(tokenizer, text, eos_id, max_tokens)
+            rows.append(TrainRow(prompt_ids, ids, adv, True, None if sums is None else sums[i]))
+    return rows
+
+
+def rollout_metrics(groups: Sequence[LocalGroup]) -> tuple[dict[str, float], dict[str, float]]:
+    """Training-reward and length metrics of this round's own generation -> (metrics, per specialty)."""
+    rewards = [r for lg in groups for r in (lg.group.rewards or ())]
+    lengths = [len(c.token_ids) for lg in groups for c in lg.completions]
+    if not rewards:
+        return {}, {}
+    zero_std = sum(1 for lg in groups if len(set(lg.group.rewards or ())) <= 1)
+    by_spec: dict[str, list[float]] = {}
+    for lg in groups:
+        by_spec.setdefault(lg.group.ref.specialty, []).extend(lg.group.rewards or ())
+    metrics = {
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.pstdev(rewards),
+        "frac_reward_zero_std": zero_std / len(groups),
+        "completion_len_mean": statistics.fmean(lengths),
+        "completion_len_max": float(max(lengths)),
+        "completion_clipped_ratio": sum(1 for lg in groups for c in lg.completions if c.truncated) / len(lengths),
+    }
+    return metrics, {s: statistics.fmean(v) for s, v in sorted(by_spec.items())}
+
+
+def score_group(group: RolloutGroup, question: Any, reward_fn: Callable[[Any, str], float]) -> RolloutGroup:
+    """Re-score every completion with the local verifier (a peer's rewards are never used)."""
+    return group.with_rewards(tuple(float(reward_fn(question, c)) for c in group.completions))

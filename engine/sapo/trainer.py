@@ -1,0 +1,210 @@
+"""The SAPO round on one node: generate -> score -> select (I own + J external) -> update -> record.
+
+The node drives a Trainer: it publishes `RoundResult.local_groups`, feeds back external groups that
+it has already verified (question regenerated, hash checked) and re-scored locally, and calls
+`save_checkpoint()` on a clean stop. Everything random comes from one `random.Random` whose state is
+checkpointed, so `Trainer.resume` continues exactly: same next batch, same next loss.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from engine.evaluation import EvalReport, evaluate
+from engine.events import EvalCompleted, Event, RoundCompleted
+from engine.models.generate import SampleConfig, eos_token_ids, generate
+from engine.sapo.config import SapoConfig
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.rows import LocalGroup, external_rows, local_rows, rollout_metrics
+from engine.sapo.sampler import make_sampler, select_groups
+from engine.sapo.update import make_optimizer, policy_update
+from engine.store import Store
+
+DROP_QUESTION_MISMATCH = "question_mismatch"
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round did. `local_groups` is what the node publishes (with generator log-probs)."""
+
+    round: int  # 1-based count of rounds this trainer has completed, this one included
+    policy_version: int  # optimizer steps taken after this round's update
+    local_groups: tuple[RolloutGroup, ...]  # all I own groups, scored (published even when filtered)
+    used_external: tuple[RolloutGroup, ...]  # external groups that entered the loss
+    dropped_external: tuple[tuple[RolloutGroup, str], ...]  # external groups left out, with the reason
+    metrics: dict[str, float]  # names as in the store's rounds table
+    per_specialty_reward: dict[str, float]  # own-generation reward mean per specialty
+    phase_seconds: dict[str, float]  # generate, score, prepare, update, total
+    eval: EvalReport | None = None  # the held-out eval, when this round ran one
+    checkpoint: Path | None = None  # the checkpoint written after this round, if any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Trainer:
+    """One node's SAPO trainer. Dependencies come in; nothing global.
+
+    reward_fn(question, completion) -> float defaults to the task library's verifier with
+    cfg.partial_credit. on_event receives RoundCompleted / EvalCompleted events.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,
+                 checkpoint_dir: str | Path | None, seed: int, *, model_id: str = "seed",
+                 reward_fn: Callable[[Any, str], float] | None = None,
+                 on_event: Callable[[Event], None] | None = None) -> None:
+        from engine.tasks import library
+
+        self.model, self.tokenizer, self.cfg, self.mix = model, tokenizer, cfg, mix
+        self.store = store
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.seed, self.model_id = seed, model_id
+        self._lib = library
+        self.reward_fn = reward_fn or (lambda q, c: library.score(q, c, partial_credit=cfg.partial_credit))
+        self.on_event = on_event
+        self.rng = random.Random(seed)
+        self.round = 0
+        self.policy_version = 0
+        self.optimizer = make_optimizer(model, cfg)
+        self.sampler = make_sampler(cfg.sampler)
+        # The KL reference is the policy as handed in (the seed), frozen: copied before any step.
+        self.ref_model = None
+        if cfg.beta > 0 or cfg.external_kl_anchor > 0:
+            self.ref_model = copy.deepcopy(model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        eos = eos_token_ids(model, tokenizer)
+        if not eos:
+            raise ValueError("the tokenizer/model defines no EOS token")
+        self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self._heldout: list[Any] | None = None
+
+    # -- the round --------------------------------------------------------------------------------
+    def run_round(self, external: Sequence[RolloutGroup] = ()) -> RoundResult:
+        cfg, lib = self.cfg, self._lib
+        t0 = time.perf_counter()
+        round_no = self.round + 1
+        refs = self.mix.sample_refs(self.rng, cfg.num_local, cfg.dataset_seed)
+        questions = [lib.regenerate(r) for r in refs]
+        prompts = [lib.render_prompt(q, cfg.prompt_style) for q in questions]
+        gen_seed = self.rng.getrandbits(62)
+        samples = generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling, seed=gen_seed)
+        t_gen = time.perf_counter()
+
+        local: list[LocalGroup] = []
+        prov = Provenance.local(self.model_id, self.policy_version, round_no)
+        for q, prompt, comps in zip(questions, prompts, samples):
+            group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
+                                 provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
+            group = group.with_rewards(tuple(float(self.reward_fn(q, c.text)) for c in comps))
+            local.append(LocalGroup(group, prompt, tuple(comps)))
+        t_score = time.perf_counter()
+
+        selection = select_groups([lg.group for lg in local], external, cfg.num_external, self.sampler,
+                                  self.rng, cfg.filter_zero_advantage)
+        dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
+        kept_ids = {id(g) for g in selection.own}
+        used_ext, ext_prompts = [], []
+        for g in selection.external:
+            q = lib.verify(g.ref, g.question_hash)  # the node verified it; this guards the trainer's own use
+            if q is None:
+                dropped.append((g, DROP_QUESTION_MISMATCH))
+                continue
+            used_ext.append(g)
+            ext_prompts.append(lib.render_prompt(q, cfg.prompt_style))
+        rows = local_rows([lg for lg in local if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
+        rows += external_rows(used_ext, ext_prompts, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens,
+                              cfg.advantage_eps)
+        t_prep = time.perf_counter()
+
+        stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
+        self.policy_version += stats.steps
+        self.round = round_no
+        t_upd = time.perf_counter()
+
+        metrics, per_spec = rollout_metrics(local)
+        gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
+        metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
+                       entropy=stats.entropy, kl=stats.kl, groups_trained=float(len(kept_ids) + len(used_ext)),
+                       rows_trained=float(stats.rows), tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9))
+        phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
+                  "update": t_upd - t_prep, "total": t_upd - t0}
+        if self.store is not None:
+            self.store.record_round(round_no, self.policy_version, metrics, per_spec, phases,
+                                    len(kept_ids), len(used_ext))
+        self._emit(RoundCompleted(round=round_no, policy_version=self.policy_version, metrics=dict(metrics),
+                                  per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
+                                  num_local=len(kept_ids), num_external=len(used_ext)))
+        report = None
+        if cfg.eval_every and round_no % cfg.eval_every == 0:
+            report = self.evaluate_heldout()
+        ckpt = None
+        if cfg.checkpoint_every and round_no % cfg.checkpoint_every == 0 and self.checkpoint_dir is not None:
+            ckpt = self.save_checkpoint()
+        return RoundResult(round=round_no, policy_version=self.policy_version,
+                           local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
+                           dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
+                           phase_seconds=phases, eval=report, checkpoint=ckpt)
+
+    # -- evaluation ------------------------------------------------------------------------------
+    def heldout_questions(self) -> list[Any]:
+        if self._heldout is None:
+            self._heldout = self._lib.heldout(self.mix, self.cfg.eval_per_specialty, self.cfg.eval_seed)
+        return self._heldout
+
+    def eval_sample_config(self) -> SampleConfig:
+        """Held-out sampling: true T = 1, no truncation, the training length cap."""
+        return SampleConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=self.cfg.sampling.max_new_tokens)
+
+    def evaluate_heldout(self, *, record: bool = True) -> EvalReport:
+        """pass@1 / pass@k on the fixed held-out set; stored and emitted when `record`."""
+        report = evaluate(self.model, self.tokenizer, self.heldout_questions(), k=self.cfg.eval_k,
+                          sample_cfg=self.eval_sample_config(), prompt_style=self.cfg.prompt_style,
+                          seed=self.cfg.eval_seed)
+        if record:
+            if self.store is not None:
+                self.store.record_eval(self.round, self.policy_version, report.to_dict())
+            per = {name: {"pass1": s.pass1, "passk": s.passk} for name, s in report.per_specialty.items()}
+            self._emit(EvalCompleted(round=self.round, pass1=report.pass1, passk=report.passk, k=report.k,
+                                     per_specialty=per))
+        return report
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        if self.checkpoint_dir is None:
+            raise ValueError("this trainer has no checkpoint directory")
+        extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
+                 "seed": self.seed}
+        return save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
+                               policy_version=self.policy_version, python_rng=self.rng, extra=extra,
+                               keep=self.cfg.keep_checkpoints)
+
+    def load(self, path: str | Path) -> None:
+        """Restore weights, optimizer, RNG states and counters from a checkpoint directory."""
+        ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        self.rng.setstate(ckpt.python_rng)
+        self.round, self.policy_version = ckpt.round, ckpt.policy_version
+
+    @classmethod
+    def resume(cls, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,
+               checkpoint_dir: str | Path, seed: int, **kwargs: Any) -> Trainer:
+        """A trainer continuing from the newest checkpoint in `checkpoint_dir` (fresh if there is none).
+
+        Pass the *seed* weights as `model`: the KL reference is taken from them before the
+        checkpoint's weights are loaded.
+        """
+        trainer = cls(model, tokenizer, cfg, mix, store, checkpoint_dir, seed, **kwargs)
+        path = latest_checkpoint(checkpoint_dir)
+        if path is not None:
+            trainer.load(path)
+        return trainer
+
+    def _emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
