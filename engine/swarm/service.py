@@ -1,0 +1,349 @@
+"""SwarmService: a node's presence in the swarm (asyncio). Listener, dialers, mDNS, bootstrap links.
+
+It signs and sends the node's rollout groups to every open link, hands received groups to the pool
+(re-scored locally, in a worker thread so the loop stays responsive) and reports what happens as
+events: PeerUpdated, RolloutSeen (for each received group: pooled or dropped, and why), LogRecord.
+Direct links to the same peer are de-duplicated; the same frame arriving by two paths is accepted
+once (replay guard); a copied identity is detected and the later-started copy leaves the swarm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
+from engine.sapo.records import RolloutGroup
+from engine.swarm import protocol as p
+from engine.swarm.config import SwarmConfig
+from engine.swarm.errors import DuplicateIdentityError, TransportError
+from engine.swarm.identity import Identity, name_for
+from engine.swarm.loops import Backoff, TaskSet
+from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
+from engine.swarm.peers import PeerInfo, PeerTable
+from engine.swarm.pool import PoolDecision, RolloutPool
+from engine.swarm.transport import Link, dial, listen, server_port
+from engine.swarm.wire import Hello
+
+STABLE_LINK_S = 10.0  # a link that lived this long resets the reconnect backoff
+MDNS_YIELD_S = 1.0  # on mDNS discovery the larger peer id waits this long so the smaller dials first
+
+
+def _describe(group: RolloutGroup) -> str:
+    return f"{group.ref.specialty} #{group.ref.index}"
+
+
+class SwarmService:
+    """See the module docstring. All methods run on one asyncio loop, except `peers`/`stats` reads."""
+
+    def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
+                 emit: Callable[[Event], None], *,
+                 question_text: Callable[[RolloutGroup], str] = _describe) -> None:
+        self.identity = identity
+        self.config = config
+        self.pool = pool
+        self.model = str(node_info.get("model_id", ""))
+        self.tasks = str(node_info.get("task_lib_version", ""))
+        self._emit = emit
+        self._question_text = question_text
+        self.protocol = p.SwarmProtocol(identity, config.limits)
+        self.table = PeerTable()
+        self._links: set[Link] = set()  # every live link, in handshake or open
+        self._peer_links: dict[str, Link] = {}  # peer id -> its open direct link
+        self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
+        self._mdns_peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
+        self._tasks = TaskSet(self._crashed)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
+        self._server: Server | None = None
+        self._mdns: MdnsService | None = None
+        self._listen_url = ""
+        self._started_at = time.time()
+        self._stopping = False
+        self.duplicate_identity: DuplicateIdentityError | None = None  # set when a copy was detected
+        self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen, announce, dial. Raises TransportError (port busy) or DuplicateIdentityError."""
+        cfg = self.config
+        if cfg.listen:
+            self._server = await listen(self._accept, cfg.listen_host, cfg.listen_port, cfg.limits, cfg.link,
+                                        process_request=self._gate)
+            port = server_port(self._server)
+            interfaces = self._mdns_interfaces() if cfg.mdns else []
+            host = cfg.advertise_host or (interfaces[0] if interfaces else _advertise(cfg.listen_host))
+            self._listen_url = f"ws://{host}:{port}"
+            if cfg.mdns:
+                await self._start_mdns(port, interfaces)
+        for url in cfg.bootstrap_urls:
+            self._tasks.spawn(f"dial {url}", self._dial_loop(url, "bootstrap"))
+        for url in cfg.peer_urls:
+            self._tasks.spawn(f"dial {url}", self._dial_loop(url, "manual"))
+
+    async def stop(self) -> None:
+        """Bye on every link, mDNS goodbye, close the listener."""
+        self._stopping = True
+        if self._mdns is not None:
+            await self._mdns.stop()
+            self._mdns = None
+        await asyncio.gather(*(link.close("leaving") for link in list(self._links)))
+        await self._tasks.cancel_all()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def listen_url(self) -> str:
+        """ws://host:port where peers can reach this node ("" when not listening)."""
+        return self._listen_url
+
+    # --- API for the node ---------------------------------------------------------------------------
+    async def publish(self, groups: Sequence[RolloutGroup]) -> int:
+        """Sign and send groups to every open link (peers and bootstraps). Returns the link count."""
+        if not groups:
+            return 0
+        frames = self.protocol.encode_rollouts(groups)
+        links = [link for link in self._links if link.is_open]
+        for frame in frames:
+            for link in links:
+                link.send(frame)
+        self.counters["frames_published"] += len(frames)
+        self.counters["groups_published"] += len(groups)
+        return len(links)
+
+    def peers(self, include_disconnected: bool = False) -> list[PeerInfo]:
+        """Peers reachable now (directly or through a bootstrap); all known ones if asked."""
+        return [peer for peer in self.table.snapshot() if include_disconnected or peer.connected]
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.counters, "links": len(self._links), "direct_peers": len(self._peer_links),
+                "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
+                "refusals": self.protocol.refusals.snapshot(),
+                "dropped_out": sum(link.dropped_out for link in self._links)}
+
+    # --- links ----------------------------------------------------------------------------------------
+    def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
+        hello = Hello(self.identity.instance, "node", self.model, self.tasks, self._listen_url or None)
+        conn = p.PeerConnection(self.protocol, hello, self._started_at)
+        return Link(ws, conn, send_queue=self.config.link.send_queue, initiator=initiator, address=address,
+                    found_by=found_by)
+
+    def _gate(self, connection: ServerConnection, request: Request) -> Response | None:
+        if len(self._links) >= self.config.max_connections or self._stopping:
+            return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
+                            b"node at its connection cap\n")
+        return None
+
+    async def _accept(self, ws: ServerConnection) -> None:
+        host, port = ws.remote_address[:2]
+        await self._run_link(self._new_link(ws, False, f"{host}:{port}", "inbound"))
+
+    async def _run_link(self, link: Link) -> None:
+        self._links.add(link)
+        try:
+            await link.run(self._on_events, self.config.link.connect_timeout_s)
+        finally:
+            self._links.discard(link)
+            self._closed(link)
+
+    def _closed(self, link: Link) -> None:
+        peer_id = link.peer_id
+        if link.hello is not None and link.hello.role == "bootstrap":
+            if self._relays.get(link.address) is link:
+                del self._relays[link.address]
+                for info in self.table.relay_lost(link.address):
+                    self._peer_event(info)
+        elif peer_id is not None and self._peer_links.get(peer_id) is link:
+            del self._peer_links[peer_id]
+            info = self.table.link_closed(peer_id)
+            if info is not None:
+                self._peer_event(info)
+
+    async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
+        for event in events:
+            if isinstance(event, p.RolloutsReceived):
+                await self._received(event.groups)
+            elif isinstance(event, p.HelloReceived):
+                await self._hello(link, event)
+            elif isinstance(event, p.PeersReceived):
+                if self._relays.get(link.address) is link:
+                    entries = [(e.peer_id, e.model, e.tasks) for e in event.peers]
+                    for info in self.table.relay_listing(link.address, entries, self.identity.peer_id):
+                        self._peer_event(info)
+            elif isinstance(event, p.ByeReceived):
+                if event.reason == p.BYE_DUPLICATE_IDENTITY:
+                    await self._duplicate(link.address, we_are_second=True)
+            elif isinstance(event, p.SelfConnection):
+                link.close_reason = "self"
+                await link.close("self connection", bye=False)
+            elif isinstance(event, p.DuplicateIdentity):
+                await link.close(p.BYE_DUPLICATE_IDENTITY)
+                await self._duplicate(link.address, event.we_are_second)
+
+    async def _hello(self, link: Link, event: p.HelloReceived) -> None:
+        hello = event.hello
+        if hello.role == "bootstrap":
+            old = self._relays.get(link.address)
+            self._relays[link.address] = link
+            if old is not None and old is not link:
+                await old.close("replaced")
+            self._log("info", f"swarm: joined bootstrap {link.address} ({name_for(event.peer_id)})")
+            return
+        old = self._peer_links.get(event.peer_id)
+        if old is not None and old is not link:
+            # Both ends dialled: keep the link the smaller peer id initiated, on both sides alike.
+            we_are_smaller = self.identity.peer_id < event.peer_id
+            keep_new = link.initiator == we_are_smaller
+            if not keep_new:
+                await link.close("duplicate link")
+                return
+            self._peer_links[event.peer_id] = link  # before closing old: its close must not unlist us
+            await old.close("duplicate link")
+        self._peer_links[event.peer_id] = link
+        if hello.tasks != self.tasks:
+            self._log("warning", f"swarm: peer {name_for(event.peer_id)} uses task library {hello.tasks!r}, "
+                      f"this node {self.tasks!r}: its groups will not verify here")
+        self._peer_event(self.table.link_opened(event.peer_id, hello.model, hello.tasks, link.found_by,
+                                                link.address))
+
+    async def _received(self, groups: tuple[RolloutGroup, ...]) -> None:
+        self.counters["groups_received"] += len(groups)
+        loop = asyncio.get_running_loop()
+        decisions = await loop.run_in_executor(self._executor, self._offer_all, groups)
+        for decision, text in decisions:
+            self._emit(RolloutSeen(
+                origin_peer=decision.peer, peer_name=name_for(decision.peer),
+                specialty=decision.group.ref.specialty, question=text[:2000],
+                completion=decision.group.completions[0][:2000],
+                reward=(sum(decision.group.rewards) / len(decision.group.rewards)
+                        if decision.group.rewards else None),
+                status=decision.status, reason=decision.reason))
+
+    def _offer_all(self, groups: tuple[RolloutGroup, ...]) -> list[tuple[PoolDecision, str]]:
+        """Worker thread: re-score and pool each group; describe the pooled ones for the feed."""
+        out = []
+        for group in groups:
+            decision = self.pool.offer(group, name_for(group.provenance.origin_peer))
+            text = self._question_text(group) if decision.status == "pooled" else _describe(group)
+            out.append((decision, text))
+        return out
+
+    async def _duplicate(self, where: str, we_are_second: bool) -> None:
+        error = DuplicateIdentityError(self.identity.peer_id, where)
+        if not we_are_second:
+            self._log("warning", f"swarm: a copy of this node's identity tried to join via {where}; it was "
+                      "told to get its own (this node keeps running)")
+            return
+        if self.duplicate_identity is None:
+            self.duplicate_identity = error
+            self._log("error", f"swarm: {error}")
+        # The later copy leaves: two nodes under one id would corrupt everyone's dedupe and stats.
+        self._stopping = True
+        await asyncio.gather(*(link.close(p.BYE_DUPLICATE_IDENTITY, bye=False) for link in list(self._links)))
+
+    # --- dialling ------------------------------------------------------------------------------------
+    async def _dial_loop(self, url: str, found_by: str, peer_id: str | None = None) -> None:
+        """Keep a link to `url` up (with backoff). For mDNS peers, until the peer is gone."""
+        backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
+        failures = 0
+        while not self._stopping:
+            if peer_id is not None:
+                record = self._mdns_peers.get(peer_id)
+                if record is None:
+                    return
+                url = record.url
+                if peer_id in self._peer_links:  # linked (perhaps they dialled us): watch, don't dial
+                    await asyncio.sleep(1.0)
+                    continue
+            try:
+                ws = await dial(url, self.config.limits, self.config.link)
+            except TransportError as exc:
+                failures += 1
+                delay = backoff.next()
+                if failures in (1, 10) or failures % 100 == 0:
+                    self._log("warning", f"swarm: {exc} (retrying every {self.config.link.reconnect_max_s:.0f}"
+                              f" s at most; attempt {failures})")
+                await asyncio.sleep(delay)
+                continue
+            link = self._new_link(ws, True, url, found_by)
+            await self._run_link(link)
+            if link.close_reason == "self":
+                return
+            if time.time() - link.opened_at > STABLE_LINK_S:
+                backoff.reset()
+                failures = 0
+            if not self._stopping:
+                self._log("info", f"swarm: link to {url} ended ({link.close_reason or 'closed'}); reconnecting")
+                await asyncio.sleep(backoff.next())
+
+    # --- mDNS ----------------------------------------------------------------------------------------
+    def _mdns_interfaces(self) -> list[str]:
+        addrs, up = system_interfaces()
+        chosen = pick_interfaces(addrs, up, self.config.mdns_interfaces)
+        if not chosen:
+            self._log("warning", "swarm: mDNS found no usable network interface (virtual bridges and VPNs "
+                      "are skipped); set mdns_interfaces to choose one, or use a bootstrap server")
+        return chosen
+
+    async def _start_mdns(self, port: int, interfaces: list[str]) -> None:
+        if not interfaces:
+            return
+        self._mdns = MdnsService(self.identity, port, self.model, self.tasks, interfaces,
+                                 self._mdns_found, self._mdns_lost, self._mdns_duplicate)
+        try:
+            await self._mdns.start()
+        except DuplicateIdentityError as exc:
+            self._mdns = None
+            self.duplicate_identity = exc
+            self._log("error", f"swarm: {exc}")
+            await self.stop()
+            raise
+
+    def _mdns_found(self, peer: MdnsPeer) -> None:
+        known = peer.peer_id in self._mdns_peers
+        self._mdns_peers[peer.peer_id] = peer
+        if not known and not self._stopping:
+            self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
+
+    async def _mdns_dial(self, peer: MdnsPeer) -> None:
+        if self.identity.peer_id > peer.peer_id:
+            await asyncio.sleep(MDNS_YIELD_S)
+        await self._dial_loop(peer.url, "mdns", peer_id=peer.peer_id)
+
+    def _mdns_lost(self, peer_id: str) -> None:
+        self._mdns_peers.pop(peer_id, None)
+
+    def _mdns_duplicate(self, url: str) -> None:
+        self._log("warning", f"swarm: mDNS shows another node with this node's identity at {url} "
+                  "(copied data dir?); the one started later will leave the swarm when they meet")
+
+    # --- events ---------------------------------------------------------------------------------------
+    def _peer_event(self, info: PeerInfo) -> None:
+        stats = self.pool.stats()["per_peer"].get(info.peer_id, {})
+        self._emit(PeerUpdated(peer_id=info.peer_id, name=info.name, model=info.model, found_by=info.found_by,
+                               address=info.address, connected=info.connected,
+                               received=int(stats.get("received", 0)), used=int(stats.get("used", 0))))
+
+    def _log(self, level: str, message: str) -> None:
+        self._emit(LogRecord(level=level, message=message))
+
+    def _crashed(self, name: str, exc: BaseException) -> None:
+        self._log("error", f"swarm: background task {name!r} failed: {type(exc).__name__}: {exc}")
+
+
+def _advertise(listen_host: str) -> str:
+    """A host peers can dial when no interface was chosen for mDNS."""
+    if listen_host not in ("0.0.0.0", "::", ""):
+        return listen_host
+    addrs, up = system_interfaces()
+    usable = pick_interfaces(addrs, up, None)
+    return usable[0] if usable else "127.0.0.1"
