@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.doctor",
     "engine.cli.seed_model",
     "engine.cli.tasks",
+    "engine.cli.train",
 )
 
 

@@ -84,6 +84,7 @@ class Trainer:
         self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self._heldout: list[Any] | None = None
+        self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
 
     # -- the round --------------------------------------------------------------------------------
     def run_round(self, external: Sequence[RolloutGroup] = ()) -> RoundResult:
@@ -123,9 +124,11 @@ class Trainer:
                               cfg.advantage_eps)
         t_prep = time.perf_counter()
 
+        self._mid_update = True
         stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
         self.round = round_no
+        self._mid_update = False
         t_upd = time.perf_counter()
 
         metrics, per_spec = rollout_metrics(local)
@@ -179,6 +182,8 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         if self.checkpoint_dir is None:
             raise ValueError("this trainer has no checkpoint directory")
+        if self._mid_update:
+            raise RuntimeError("a round was interrupted inside its update; the last checkpoint stands")
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed}
         return save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
