@@ -11,6 +11,7 @@ import sys
 
 # One line per command module; each owner adds its own.
 COMMAND_MODULES: tuple[str, ...] = (
+    "engine.cli.bootstrap",
     "engine.cli.doctor",
     "engine.cli.seed_model",
     "engine.cli.tasks",

@@ -1,0 +1,254 @@
+"""The bootstrap server: rendezvous + relay for peers that cannot reach each other directly (NAT).
+
+Peers dial out to it; it answers with the peer list (`peers` frames, coalesced) and relays each
+rollout frame verbatim (original bytes, original signature) to every other peer and linked bootstrap,
+once: the shared replay guard drops a frame seen before, so a graph of linked bootstraps has no loops.
+Every frame is fully checked before it is relayed (signature, schema, limits, per-signer rate).
+`GET /status` answers JSON (peers, frames relayed, refusals) for a browser or curl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from engine.swarm import protocol as p
+from engine.swarm.config import BootstrapConfig
+from engine.swarm.errors import TransportError
+from engine.swarm.identity import Identity, name_for
+from engine.swarm.loops import Backoff, TaskSet
+from engine.swarm.transport import Link, dial, listen, server_port
+from engine.swarm.wire import Hello, PeerEntry
+
+PEERS_COALESCE_S = 0.1  # joins/leaves within this window produce one `peers` frame
+LIVENESS_PROBE_S = 2.0  # a new instance of a connected id: ping the old link this long before replacing it
+Log = Callable[[str, str], None]
+
+
+def _stderr_log(level: str, message: str) -> None:
+    import sys
+
+    print(f"[{level}] {message}", file=sys.stderr, flush=True)
+
+
+class BootstrapServer:
+    """See the module docstring. Runs on one asyncio loop."""
+
+    def __init__(self, config: BootstrapConfig, identity: Identity | None = None, log: Log = _stderr_log) -> None:
+        self.config = config
+        self.identity = identity or Identity.generate()
+        self.protocol = p.SwarmProtocol(self.identity, config.limits)
+        self._log = log
+        self._links: set[Link] = set()
+        self._nodes: dict[str, Link] = {}  # peer id -> open link of a node
+        self._bootstraps: set[Link] = set()  # open links to other bootstrap servers
+        self._remote: dict[Link, tuple[PeerEntry, ...]] = {}  # peers that linked bootstraps list
+        self._tasks = TaskSet(lambda name, exc: log("error", f"task {name} failed: {exc!r}"))
+        self._server: Server | None = None
+        self._peers_dirty = asyncio.Event()
+        self._started_at = time.time()
+        self.rollout_frames = 0  # rollout frames accepted for relay
+        self.frames_relayed = 0  # deliveries (one frame to one link)
+        self._stopping = False
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        self._server = await listen(self._accept, cfg.host, cfg.port, cfg.limits, cfg.link,
+                                    process_request=self._http)
+        self._tasks.spawn("peers broadcaster", self._broadcast_peers())
+        for url in cfg.link_urls:
+            self._tasks.spawn(f"link {url}", self._link_loop(url))
+        self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: "
+                  f"{self.url.replace('ws://', 'http://')}/status)")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await asyncio.gather(*(link.close("bootstrap shutting down") for link in list(self._links)))
+        await self._tasks.cancel_all()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        try:
+            await asyncio.Future()  # until cancelled (Ctrl-C / SIGTERM)
+        finally:
+            await self.stop()
+
+    @property
+    def port(self) -> int:
+        return server_port(self._server) if self._server is not None else self.config.port
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if self.config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return f"ws://{host}:{self.port}"
+
+    # --- HTTP: /status and the connection cap --------------------------------------------------------
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path in ("/status", "/status.json"):
+            body = json.dumps(self.status(), indent=2).encode("utf-8")
+            return Response(200, "OK", Headers({"Content-Type": "application/json",
+                                                "Cache-Control": "no-store"}), body)
+        if "upgrade" not in request.headers.get("Connection", "").lower():
+            text = b"SAPO Swarm bootstrap server. Peers connect here with websockets; see /status\n"
+            return Response(200, "OK", Headers({"Content-Type": "text/plain"}), text)
+        if len(self._links) >= self.config.max_connections or self._stopping:
+            return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
+                            b"bootstrap at its connection cap; try again later\n")
+        return None
+
+    def status(self) -> dict[str, Any]:
+        now = time.time()
+        peers = [{"id": pid, "name": name_for(pid), "model": link.hello.model if link.hello else "",
+                  "tasks": link.hello.tasks if link.hello else "", "address": link.address,
+                  "connected_s": round(now - link.opened_at, 1), "frames_in": link.frames_in,
+                  "frames_out": link.frames_out, "dropped_out": link.dropped_out}
+                 for pid, link in sorted(self._nodes.items(), key=lambda kv: kv[1].opened_at)]
+        return {
+            "service": "sapo-bootstrap", "protocol": p.PROTOCOL_VERSION, "id": self.identity.peer_id,
+            "name": self.identity.name, "uptime_s": round(now - self._started_at, 1),
+            "connections": len(self._links), "max_connections": self.config.max_connections,
+            "peers": peers,
+            "linked_bootstraps": [{"id": link.peer_id, "address": link.address} for link in self._bootstraps],
+            "remote_peers": len({e.peer_id for entries in self._remote.values() for e in entries}),
+            "frames": {"accepted": self.protocol.accepted, "rollouts": self.rollout_frames,
+                       "relayed": self.frames_relayed,
+                       "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
+            "refusals": self.protocol.refusals.snapshot(),
+        }
+
+    # --- links --------------------------------------------------------------------------------------
+    def _new_link(self, ws: Any, initiator: bool, address: str) -> Link:
+        hello = Hello(self.identity.instance, "bootstrap", "", "", None)
+        conn = p.PeerConnection(self.protocol, hello, self._started_at)
+        return Link(ws, conn, send_queue=self.config.link.send_queue, initiator=initiator, address=address,
+                    found_by="bootstrap" if initiator else "inbound")
+
+    async def _accept(self, ws: ServerConnection) -> None:
+        host, port = ws.remote_address[:2]
+        await self._run_link(self._new_link(ws, False, f"{host}:{port}"))
+
+    async def _run_link(self, link: Link) -> None:
+        self._links.add(link)
+        try:
+            await link.run(self._on_events, self.config.link.connect_timeout_s)
+        finally:
+            self._links.discard(link)
+            if link.peer_id is not None and self._nodes.get(link.peer_id) is link:
+                del self._nodes[link.peer_id]
+                self._peers_dirty.set()
+            if link in self._bootstraps:
+                self._bootstraps.discard(link)
+                self._remote.pop(link, None)
+                self._peers_dirty.set()
+
+    async def _link_loop(self, url: str) -> None:
+        """Keep a link to another bootstrap up."""
+        backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
+        while not self._stopping:
+            try:
+                ws = await dial(url, self.config.limits, self.config.link)
+            except TransportError as exc:
+                self._log("warning", f"link: {exc}")
+                await asyncio.sleep(backoff.next())
+                continue
+            link = self._new_link(ws, True, url)
+            await self._run_link(link)
+            if link.close_reason == "self":
+                return
+            if time.time() - link.opened_at > 10.0:
+                backoff.reset()
+            await asyncio.sleep(backoff.next())
+
+    async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
+        for event in events:
+            if isinstance(event, p.RolloutsReceived):
+                self._relay(link, event.envelope)
+            elif isinstance(event, p.HelloReceived):
+                await self._hello(link, event)
+            elif isinstance(event, p.PeersReceived):
+                if link in self._bootstraps:
+                    self._remote[link] = event.peers
+                    self._peers_dirty.set()
+            elif isinstance(event, p.SelfConnection):
+                link.close_reason = "self"
+                await link.close("self connection", bye=False)
+            elif isinstance(event, p.DuplicateIdentity):
+                await link.close(p.BYE_DUPLICATE_IDENTITY)
+
+    def _relay(self, source: Link, env: p.Envelope) -> None:
+        self.rollout_frames += 1
+        for link in list(self._links):
+            # Not back to where it came from, nor to its signer (who has it), nor to half-open links.
+            if link is source or not link.is_open or link.peer_id == env.sender:
+                continue
+            link.send(env.raw)
+            self.frames_relayed += 1
+
+    async def _hello(self, link: Link, event: p.HelloReceived) -> None:
+        if event.hello.role == "bootstrap":
+            self._bootstraps.add(link)
+            link.send(self._peers_frame(local_only=True))
+            self._log("info", f"linked with bootstrap {name_for(event.peer_id)} at {link.address}")
+            return
+        old = self._nodes.get(event.peer_id)
+        if old is not None and old is not link and old.hello is not None:
+            if old.hello.instance != event.hello.instance and await _alive(old):
+                # Two live processes with one key: the one already here stays, the newcomer is told.
+                self._log("warning", f"refused {name_for(event.peer_id)} from {link.address}: its identity "
+                          f"is already connected from {old.address} (copied data dir?)")
+                await link.close(p.BYE_DUPLICATE_IDENTITY)
+                return
+            self._nodes[event.peer_id] = link
+            await old.close("replaced by a newer connection")
+        self._nodes[event.peer_id] = link
+        self._peers_dirty.set()
+
+    # --- peer lists -----------------------------------------------------------------------------------
+    def _peers_frame(self, local_only: bool) -> bytes:
+        entries: dict[str, PeerEntry] = {}
+        for pid, link in self._nodes.items():
+            hello = link.hello
+            if hello is not None:
+                entries[pid] = PeerEntry(pid, hello.model, hello.tasks, hello.listen)
+        if not local_only:
+            for remote in self._remote.values():
+                for entry in remote:
+                    entries.setdefault(entry.peer_id, entry)
+        items = list(entries.values())[-self.config.limits.max_peers_per_frame:]
+        return self.protocol.encode("peers", {"peers": [e.to_wire() for e in items]})
+
+    async def _broadcast_peers(self) -> None:
+        while True:
+            await self._peers_dirty.wait()
+            await asyncio.sleep(PEERS_COALESCE_S)
+            self._peers_dirty.clear()
+            full = self._peers_frame(local_only=False)
+            for link in list(self._nodes.values()):
+                link.send(full)
+            if self._bootstraps:
+                local = self._peers_frame(local_only=True)
+                for link in list(self._bootstraps):
+                    link.send(local)
+
+
+async def _alive(link: Link) -> bool:
+    """Does the peer behind `link` still answer a ping? (A restarted node's old link may be dead.)"""
+    try:
+        waiter = await link.ws.ping()
+        await asyncio.wait_for(waiter, LIVENESS_PROBE_S)
+    except (TimeoutError, ConnectionClosed):
+        return False
+    return True
