@@ -42,10 +42,12 @@ class EngineBridge(QObject):
     reply = Signal(int, object, object)  # call id, result, error message (None on success)
 
     def __init__(self, url: str, token_provider: Callable[[], str], *, reconnect_s: float = 1.0,
-                 history_limit: int = 2000, parent: QObject | None = None) -> None:
+                 history_limit: int = 2000, url_provider: Callable[[], str | None] | None = None,
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.url = url
         self._token_provider = token_provider  # called at each (re)connect
+        self._url_provider = url_provider  # a local engine may come back on another port
         self._reconnect_s = reconnect_s
         self._history_limit = history_limit
         self._inbox: collections.deque[Event | LinkChange] = collections.deque(maxlen=50_000)
@@ -75,12 +77,28 @@ class EngineBridge(QObject):
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def take(self) -> list[Event | LinkChange]:
-        """Everything that arrived since the last call, oldest first."""
+    def take(self, max_items: int = 1_000_000) -> list[Event | LinkChange]:
+        """What arrived since the last call, oldest first, at most `max_items` (the rest stays queued)."""
         items: list[Event | LinkChange] = []
-        while self._inbox:
+        while self._inbox and len(items) < max_items:
             items.append(self._inbox.popleft())
         return items
+
+    def call_at_exit(self, method: str, timeout_s: float = 2.0) -> str | None:
+        """Blocking call, for the last moment of the app only (the window is already gone).
+
+        Returns None on success, else the error message.
+        """
+        loop, client = self._loop, self._client
+        if loop is None or loop.is_closed() or client is None:
+            return "not connected to the engine"
+        try:
+            asyncio.run_coroutine_threadsafe(client.call(method, timeout_s=timeout_s), loop).result(timeout_s + 1)
+        except ControlError as exc:
+            return exc.message
+        except TimeoutError:
+            return f"{method}: no reply"
+        return None
 
     def call(self, method: str, params: dict[str, Any] | None = None,
              callback: ReplyCallback | None = None, timeout_s: float = 600.0) -> int:
@@ -137,6 +155,8 @@ class EngineBridge(QObject):
 
     async def _session(self) -> tuple[str, bool, bool]:
         """One connection's life: why it ended, whether retrying is pointless, whether it was up."""
+        if self._url_provider is not None:
+            self.url = self._url_provider() or self.url
         try:
             token = self._token_provider()
         except (OSError, RuntimeError, ValueError) as exc:

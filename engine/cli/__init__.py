@@ -13,6 +13,8 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.bootstrap",
     "engine.cli.doctor",
+    "engine.cli.gui",
+    "engine.cli.start",
     "engine.cli.seed_model",
     "engine.cli.tasks",
     "engine.cli.train",

@@ -11,7 +11,7 @@ import collections
 import itertools
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Self
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, WebSocketException
@@ -70,7 +70,7 @@ class ControlClient:
         if self._reader is not None:
             await asyncio.gather(self._reader, return_exceptions=True)
 
-    async def __aenter__(self) -> ControlClient:
+    async def __aenter__(self) -> Self:
         await self.connect()
         return self
 

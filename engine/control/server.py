@@ -12,7 +12,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -112,7 +112,7 @@ class ControlServer:
         await self._server.wait_closed()
         self._server = None
 
-    async def __aenter__(self) -> ControlServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -1,0 +1,114 @@
+"""The `history` reply as events: store rows (engine/store.py columns) or event dicts, oldest first.
+
+Rows are untrusted like any engine reply: each converts to its event and passes the event's type
+check, or is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from engine.control.protocol import check_event_types
+from engine.events import Event, EventError, event_from_dict
+
+# Store columns of a round row that are not metrics.
+_ROUND_COLUMNS = {"type", "round", "policy_version", "ts", "num_local", "num_external", "metrics",
+                  "per_specialty", "per_specialty_reward", "phase_seconds"}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _nested(value: Any) -> Any:
+    """The store may keep nested dicts as JSON text."""
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _event(data: dict[str, Any], event_type: str) -> Event:
+    data["type"] = event_type
+    event = event_from_dict(data)
+    check_event_types(event)
+    return event
+
+
+def round_event(row: dict[str, Any]) -> Event:
+    if row.get("type") == "round_completed":
+        return _event(dict(row), "round_completed")
+    metrics = _nested(row.get("metrics"))
+    if not isinstance(metrics, dict):  # flat store row: every other finite number is a metric column
+        metrics = {k: float(v) for k, v in row.items()
+                   if k not in _ROUND_COLUMNS and not k.startswith("seconds_") and _number(v)}
+    phases = _nested(row.get("phase_seconds"))
+    if not isinstance(phases, dict):
+        phases = {k[len("seconds_"):]: float(v) for k, v in row.items() if k.startswith("seconds_") and _number(v)}
+    specialty = _nested(row.get("per_specialty_reward", row.get("per_specialty", {})))
+    return _event({"round": row.get("round"), "policy_version": row.get("policy_version", 0),
+                   "ts": row.get("ts", 0.0), "metrics": metrics, "per_specialty_reward": specialty,
+                   "phase_seconds": phases, "num_local": row.get("num_local", 0),
+                   "num_external": row.get("num_external", 0)}, "round_completed")
+
+
+def eval_event(row: dict[str, Any]) -> Event:
+    if row.get("type") == "eval_completed":
+        return _event(dict(row), "eval_completed")
+    report = _nested(row.get("report"))
+    per_specialty = report.get("per_specialty", {}) if isinstance(report, dict) else {}
+    return _event({"round": row.get("round"), "pass1": row.get("pass1"), "passk": row.get("passk"),
+                   "k": row.get("k", 1), "ts": row.get("ts", 0.0),
+                   "per_specialty": _nested(row.get("per_specialty", per_specialty))}, "eval_completed")
+
+
+def rollout_event(row: dict[str, Any]) -> Event:
+    if row.get("type") == "rollout_seen":
+        return _event(dict(row), "rollout_seen")
+    return _event({"origin_peer": row.get("origin_peer"), "peer_name": row.get("peer_name", ""),
+                   "specialty": row.get("specialty"), "question": row.get("question", row.get("ref_key", "")),
+                   "completion": row.get("completion", ""), "reward": row.get("reward"),
+                   "status": row.get("status"), "reason": row.get("reason", ""), "ts": row.get("ts", 0.0)},
+                  "rollout_seen")
+
+
+def peer_event(row: dict[str, Any]) -> Event:
+    if row.get("type") == "peer_updated":
+        return _event(dict(row), "peer_updated")
+    return _event({"peer_id": row.get("peer_id", row.get("id")), "name": row.get("name", ""),
+                   "model": row.get("model", ""), "found_by": row.get("found_by", ""),
+                   "address": row.get("address", ""), "connected": bool(row.get("connected", False)),
+                   "received": row.get("received", 0), "used": row.get("used", 0),
+                   "ts": row.get("last_seen", row.get("ts", 0.0))}, "peer_updated")
+
+
+CONVERTERS: dict[str, Callable[[dict[str, Any]], Event]] = {
+    "rounds": round_event, "evals": eval_event, "rollouts": rollout_event, "peers": peer_event}
+
+
+def parse_history(history: Any) -> tuple[dict[str, list[Event]], int]:
+    """-> ({"rounds": [...], "evals": [...], "rollouts": [...], "peers": [...]}, rows skipped)."""
+    parsed: dict[str, list[Event]] = {key: [] for key in CONVERTERS}
+    if not isinstance(history, dict):
+        return parsed, 1
+    bad = 0
+    for key, convert in CONVERTERS.items():
+        rows = history.get(key, [])
+        if not isinstance(rows, list):
+            bad += 1
+            continue
+        for row in rows:
+            try:
+                if not isinstance(row, dict):
+                    raise EventError("row must be an object")
+                parsed[key].append(convert(row))
+            except (EventError, TypeError, ValueError):
+                bad += 1
+    # rollouts come newest first from some stores: the feed wants arrival order
+    parsed["rollouts"].sort(key=lambda e: e.ts)
+    return parsed, bad

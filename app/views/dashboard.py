@@ -1,0 +1,134 @@
+"""Dashboard: live training curves (pyqtgraph), redrawn only where a series changed."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from app.models.dashboard import DashboardModel
+from app.models.ring import Ring
+from app.theme import PLOT_COLORS
+
+pg.setConfigOptions(antialias=True, background="w", foreground="#374151")
+
+
+class _Curve:
+    """A plot curve bound to a ring buffer; `sync` uploads only when the ring changed."""
+
+    def __init__(self, plot: pg.PlotItem, ring: Ring, color: str, width: float = 1.5,
+                 name: str | None = None) -> None:
+        self.ring = ring
+        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, clipToView=True, autoDownsample=True)
+        self._version = -1
+
+    def sync(self) -> bool:
+        if self.ring.version == self._version:
+            return False
+        self._version = self.ring.version
+        self.item.setData(self.ring.x, self.ring.y)
+        return True
+
+
+def _card(name: str) -> tuple[QFrame, QLabel]:
+    frame = QFrame()
+    frame.setProperty("role", "card")
+    layout = QVBoxLayout(frame)
+    layout.setContentsMargins(14, 8, 14, 8)
+    value = QLabel("–")
+    value.setProperty("role", "cardValue")
+    label = QLabel(name)
+    label.setProperty("role", "cardName")
+    layout.addWidget(value)
+    layout.addWidget(label)
+    return frame, value
+
+
+class DashboardView(QWidget):
+    def __init__(self, model: DashboardModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self._curves: list[_Curve] = []
+        self._specialty_curves: dict[str, _Curve] = {}
+        self._phase_curves: dict[str, _Curve] = {}
+        self.redraws = 0  # curve uploads so far (tests and the bench read it)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 12, 12, 12)
+        cards = QHBoxLayout()
+        self.cards: dict[str, QLabel] = {}
+        for key, name in (("reward_avg", f"reward ({model.window}-round average)"),
+                          ("cumulative", "cumulative reward"), ("rounds", "rounds"),
+                          ("zero_std", "zero-std groups"), ("tokens_per_s", "tokens / s")):
+            frame, value = _card(name)
+            self.cards[key] = value
+            cards.addWidget(frame)
+        layout.addLayout(cards)
+
+        self.plots = pg.GraphicsLayoutWidget()
+        self.plots.ci.setSpacing(6)
+        layout.addWidget(self.plots, 1)
+        grid = self.plots.ci
+        self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
+        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)", legend=True)
+        self.cumulative_plot = self._plot(grid, 1, 0, "Cumulative reward")
+        self.zero_std_plot = self._plot(grid, 1, 1, "Zero-std groups (fraction)")
+        self.length_plot = self._plot(grid, 1, 2, "Completion length (tokens)")
+        self.speed_plot = self._plot(grid, 2, 0, "Tokens / s")
+        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase", legend=True)
+        self.eval_plot = self._plot(grid, 2, 2, "Held-out eval (pass@1, pass@k)", legend=True)
+        # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
+        self.reward_plot.setYRange(0, 1, padding=0.02)
+        self.zero_std_plot.setYRange(0, 1, padding=0.02)
+
+        s = model.series
+        raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
+        lo = _Curve(self.reward_plot, s["reward_lo"], "#bfdbfe", 0.5)
+        hi = _Curve(self.reward_plot, s["reward_hi"], "#bfdbfe", 0.5)
+        self.band = pg.FillBetweenItem(lo.item, hi.item, brush=pg.mkBrush(37, 99, 235, 40))
+        self.reward_plot.addItem(self.band)
+        avg = _Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.5, f"{model.window}-round average")
+        self._curves += [raw, lo, hi, avg,
+                         _Curve(self.cumulative_plot, s["cumulative"], PLOT_COLORS[1], 2.0),
+                         _Curve(self.zero_std_plot, s["zero_std"], PLOT_COLORS[2], 1.5),
+                         _Curve(self.length_plot, s["completion_len"], PLOT_COLORS[3], 1.5),
+                         _Curve(self.speed_plot, s["tokens_per_s"], PLOT_COLORS[5], 1.5),
+                         _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], 2.0, "pass@1"),
+                         _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], 2.0, "pass@k")]
+        self._seen_version = -1
+
+    @staticmethod
+    def _plot(grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1,
+              legend: bool = False) -> pg.PlotItem:
+        plot = grid.addPlot(row=row, col=col, colspan=colspan, title=title)
+        plot.showGrid(x=True, y=True, alpha=0.15)
+        plot.setLabel("bottom", "round")
+        plot.getAxis("bottom").setStyle(tickTextOffset=4)
+        plot.setMenuEnabled(False)
+        if legend:
+            plot.addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6,
+                           brush=pg.mkBrush(255, 255, 255, 210), pen=pg.mkPen("#e5e7eb"))
+        return plot
+
+    def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem) -> None:
+        for name, ring in rings.items():
+            if name not in curves:
+                color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
+                curves[name] = _Curve(plot, ring, color, 1.5, name)
+
+    def refresh(self) -> None:
+        model = self.model
+        if model.version == self._seen_version:
+            return
+        self._seen_version = model.version
+        self._dynamic(self._specialty_curves, model.specialty, self.specialty_plot)
+        self._dynamic(self._phase_curves, model.phases, self.phase_plot)
+        for curve in (*self._curves, *self._specialty_curves.values(), *self._phase_curves.values()):
+            self.redraws += curve.sync()
+        self._set_card("reward_avg", model.latest("reward_avg"), "{:.3f}")
+        self._set_card("cumulative", model.latest("cumulative"), "{:,.1f}")
+        self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")
+        self._set_card("tokens_per_s", model.latest("tokens_per_s"), "{:,.0f}")
+        self.cards["rounds"].setText(f"{model.rounds:,}")
+
+    def _set_card(self, key: str, value: float | None, fmt: str) -> None:
+        self.cards[key].setText("–" if value is None else fmt.format(value))

@@ -1,0 +1,173 @@
+"""Machine: the device, its memory budget, the model pick and its fit verdict; switching models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.control.api import ModelProgress
+
+CANDIDATE_COLUMNS = ("Model", "Backend", "Parameters", "Memory needed", "Verdict", "Seconds / round", "Available")
+VERDICT_COLORS = {"fits well": "#15803d", "fits": "#65a30d", "tight": "#d97706"}
+
+
+def human_bytes(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
+        value /= 1024
+    return "–"
+
+
+def _get(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)[:300]
+
+
+class MachineView(QWidget):
+    refresh_requested = Signal()
+    switch_requested = Signal(str)  # catalog model id
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 12, 12, 12)
+        top = QHBoxLayout()
+        device_box = QGroupBox("This machine")
+        self.device_form = QFormLayout(device_box)
+        pick_box = QGroupBox("Model")
+        self.pick_form = QFormLayout(pick_box)
+        self.labels: dict[str, QLabel] = {}
+        for form, keys in ((self.device_form, ("Device", "Processor", "Memory", "Memory budget", "GPU", "Battery")),
+                           (self.pick_form, ("Model", "Backend", "Memory needed", "Verdict", "Round time", "Why"))):
+            for key in keys:
+                label = QLabel("–")
+                label.setWordWrap(True)
+                label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                self.labels[f"{form is self.pick_form}:{key}"] = label
+                form.addRow(f"{key}:", label)
+        top.addWidget(device_box, 1)
+        top.addWidget(pick_box, 1)
+        layout.addLayout(top)
+
+        self.table = QTableWidget(0, len(CANDIDATE_COLUMNS))
+        self.table.setHorizontalHeaderLabels(CANDIDATE_COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(QLabel("Models this machine could train (estimated memory includes training):"))
+        layout.addWidget(self.table, 1)
+
+        actions = QHBoxLayout()
+        self.switch_button = QPushButton("Switch to the selected model")
+        self.switch_button.clicked.connect(self._switch)
+        self.refresh_button = QPushButton("Check again")
+        self.refresh_button.clicked.connect(self.refresh_requested)
+        self.progress = QProgressBar()
+        self.progress.setVisible(False)
+        self.progress_label = QLabel()
+        self.progress_label.setProperty("role", "hint")
+        actions.addWidget(self.switch_button)
+        actions.addWidget(self.refresh_button)
+        actions.addWidget(self.progress, 1)
+        actions.addWidget(self.progress_label)
+        layout.addLayout(actions)
+        self._progress_seen: ModelProgress | None = None
+
+    def _label(self, pick: bool, key: str, value: Any) -> None:
+        self.labels[f"{pick}:{key}"].setText(_text(value))
+
+    def show_machine(self, machine: dict[str, Any]) -> None:
+        device = _get(machine, "device") or {}
+        cpu = _get(device, "cpu") or {}
+        gpus = _get(device, "gpus") or []
+        self._label(False, "Device", f"{_text(_get(device, 'kind')).upper()} · {_text(_get(device, 'name'))}")
+        self._label(False, "Processor", f"{_text(_get(cpu, 'name'))}, {_text(_get(cpu, 'physical_cores'))} cores")
+        self._label(False, "Memory", human_bytes(_get(cpu, "ram_total_bytes")))
+        self._label(False, "Memory budget", human_bytes(_get(device, "budget_bytes")))
+        gpu_names = [str(_get(g, "name")) for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
+        self._label(False, "GPU", ", ".join(gpu_names) or "none")
+        battery = _get(device, "battery") or {}
+        self._label(False, "Battery", "none" if not _get(battery, "present") else
+                    f"{_text(_get(battery, 'percent'))}%, {'plugged in' if _get(battery, 'plugged_in') else 'on battery'}")
+        pick = _get(machine, "pick") or {}
+        self._label(True, "Model", _get(pick, "model"))
+        self._label(True, "Backend", " ".join(str(v) for v in (_get(pick, "backend"), _get(pick, "quantization")) if v))
+        self._label(True, "Memory needed", f"{human_bytes(_get(pick, 'estimated_bytes'))} of "
+                    f"{human_bytes(_get(pick, 'budget_bytes'))}")
+        verdict = _text(_get(pick, "verdict"))
+        self.labels["True:Verdict"].setText(f"<b style='color:{VERDICT_COLORS.get(verdict, '#b91c1c')}'>{verdict}</b>")
+        rs = _get(pick, "round_seconds")
+        self._label(True, "Round time", f"~{rs:,.0f} s per round" if isinstance(rs, (int, float)) else None)
+        self._label(True, "Why", _get(pick, "reason") or "")
+        candidates = [c for c in (_get(machine, "candidates") or []) if isinstance(c, dict)][:200]
+        self.table.setRowCount(len(candidates))
+        for i, cand in enumerate(candidates):
+            rs = _get(cand, "round_seconds")
+            values = (cand.get("model"), " ".join(str(v) for v in (cand.get("backend"), cand.get("quantization")) if v),
+                      cand.get("params"), human_bytes(cand.get("estimated_bytes")), cand.get("verdict"),
+                      f"{rs:,.0f}" if isinstance(rs, (int, float)) else None, cand.get("available"))
+            for col, value in enumerate(values):
+                item = QTableWidgetItem(_text(value))
+                if col == 4 and isinstance(value, str):
+                    item.setForeground(Qt.GlobalColor.darkGreen if value in VERDICT_COLORS else Qt.GlobalColor.darkRed)
+                self.table.setItem(i, col, item)
+
+    def _switch(self) -> None:
+        row = self.table.currentRow()
+        item = self.table.item(row, 0) if row >= 0 else None
+        if item is not None:
+            self.switch_requested.emit(item.text())
+
+    def show_progress(self, progress: ModelProgress | None) -> None:
+        if progress is None or progress is self._progress_seen:
+            return
+        self._progress_seen = progress
+        done_phase = progress.phase in ("ready", "error")
+        self.progress.setVisible(not done_phase)
+        self.switch_button.setEnabled(done_phase)
+        if progress.total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(1.0, progress.done / progress.total)))
+        else:
+            self.progress.setRange(0, 0)  # unknown total: a busy indicator
+        self.progress_label.setText(f"{progress.model_id}: {progress.phase}"
+                                    + (f" ({progress.message})" if progress.message else ""))
+
+    def show_message(self, text: str) -> None:
+        self.progress_label.setText(text)

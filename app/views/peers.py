@@ -1,0 +1,88 @@
+"""Peers: who this node shares with, how each was found, and what they sent."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.models.feed import FeedModel
+from app.models.peers import PeersModel
+
+COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used")
+FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual"}
+
+
+def ago(ts: float, now: float | None = None) -> str:
+    seconds = max(0.0, (now or time.time()) - ts)
+    if seconds < 60:
+        return f"{seconds:.0f} s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 86400:.1f} days ago"
+
+
+class PeersView(QWidget):
+    def __init__(self, peers: PeersModel, feed: FeedModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.peers = peers
+        self.feed = feed
+        self._versions = (-1, -1)
+        self._last_ages = 0.0
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 12, 12, 12)
+        self.summary = QLabel()
+        layout.addWidget(self.summary)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(4, QHeaderView.ResizeMode.Stretch)
+        layout.addWidget(self.table, 1)
+        self.refresh()
+
+    def refresh(self) -> None:
+        versions = (self.peers.version, self.feed.version)
+        now = time.time()
+        if versions == self._versions and now - self._last_ages < 1.0:
+            return  # nothing new; "last seen" ages are redrawn once a second
+        self._versions, self._last_ages = versions, now
+        rows = self.peers.sorted_rows()
+        self.table.setRowCount(len(rows))
+        for i, row in enumerate(rows):
+            counts = self.feed.per_peer.get(row.peer_id)
+            received = max(row.received, counts.received if counts else 0)
+            used = max(row.used, counts.used if counts else 0)
+            values = ("●", row.name, row.model, FOUND_BY.get(row.found_by, row.found_by), row.address,
+                      ago(row.last_seen, now), f"{received:,}", f"{used:,}")
+            for col, value in enumerate(values):
+                item = self.table.item(i, col)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(i, col, item)
+                item.setText(value)
+                if col == 0:
+                    item.setForeground(QColor("#16a34a" if row.connected else "#9ca3af"))
+                    item.setToolTip("connected" if row.connected else "not connected")
+                elif col >= 6:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        known = len(rows)
+        self.summary.setText(f"<b>{self.peers.connected}</b> connected of {known} known peer"
+                             f"{'s' if known != 1 else ''}. Peers are found on the LAN by mDNS and through "
+                             "the bootstrap server; their rollouts are re-scored here before use.")

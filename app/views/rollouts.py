@@ -1,0 +1,182 @@
+"""Shared rollouts: the live feed of peers' groups, its counters, a per-peer breakdown and a detail
+pane. The table model follows the Qt-free FeedModel incrementally (insert at top, trim at bottom)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QSplitter,
+    QTableView,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.models.feed import FeedModel, FeedRow
+
+COLUMNS = ("Time", "From", "Specialty", "Question", "Reward", "Status")
+STATUS_COLORS = {"used": "#15803d", "dropped": "#b91c1c", "pooled": "#6b7280"}
+Index = QModelIndex | QPersistentModelIndex
+
+
+class FeedTableModel(QAbstractTableModel):
+    """Rows newest first. `_top` is the arrival seq shown in row 0, `_shown` how many rows the view
+    knows: the view's picture changes only inside begin/end calls, as Qt requires."""
+
+    def __init__(self, feed: FeedModel) -> None:
+        super().__init__()
+        self.feed = feed
+        self._top = -1
+        self._shown = 0
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
+        return 0 if parent.isValid() else self._shown
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def row_at(self, row: int) -> FeedRow | None:
+        rows = self.feed.rows
+        if not rows or not 0 <= row < self._shown:
+            return None
+        offset = (self._top - row) - rows[0].seq
+        return rows[offset] if 0 <= offset < len(rows) else None
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        row = self.row_at(index.row())
+        if row is None:
+            return None
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            if col == 0:
+                return time.strftime("%H:%M:%S", time.localtime(row.ts))
+            if col == 1:
+                return row.peer_name or row.origin_peer[:10]
+            if col == 2:
+                return row.specialty
+            if col == 3:
+                return " ".join(row.question.split())[:140]
+            if col == 4:
+                return "–" if row.reward is None else f"{row.reward:.2f}"
+            return row.status if row.status != "dropped" else f"dropped: {row.reason}"
+        if role == Qt.ItemDataRole.ForegroundRole and col == 5:
+            return QColor(STATUS_COLORS.get(row.status, "#374151"))
+        if role == Qt.ItemDataRole.ToolTipRole and col == 3:
+            return row.question[:2000]
+        return None
+
+    def sync(self) -> None:
+        changes = self.feed.take_changes()
+        rows = self.feed.rows
+        if not rows:
+            return
+        oldest, newest = rows[0].seq, rows[-1].seq
+        lowest_shown = self._top - self._shown + 1
+        gone = min(self._shown, max(0, oldest - lowest_shown))
+        if gone:
+            self.beginRemoveRows(QModelIndex(), self._shown - gone, self._shown - 1)
+            self._shown -= gone
+            self.endRemoveRows()
+        if self._shown == 0:
+            self._top = max(self._top, oldest - 1)
+        new = newest - self._top
+        if new > 0:
+            self.beginInsertRows(QModelIndex(), 0, new - 1)
+            self._top, self._shown = newest, self._shown + new
+            self.endInsertRows()
+        for seq in changes.updated:
+            row = self._top - seq
+            if 0 <= row < self._shown:
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+
+
+class RolloutsView(QWidget):
+    def __init__(self, feed: FeedModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.feed = feed
+        self._version = -1
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 12, 12, 12)
+        self.counters = QLabel()
+        self.counters.setWordWrap(True)
+        layout.addWidget(self.counters)
+
+        self.table_model = FeedTableModel(feed)
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        header = self.table.horizontalHeader()
+        for col, width in enumerate((70, 120, 150, 0, 60, 230)):
+            if width:
+                self.table.setColumnWidth(col, width)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        self.table.selectionModel().currentRowChanged.connect(self._show_detail)
+
+        self.detail = QPlainTextEdit()
+        self.detail.setReadOnly(True)
+        self.detail.setPlaceholderText("Select a rollout to see its full question and completion.")
+        self.per_peer = QTableWidget(0, 4)
+        self.per_peer.setHorizontalHeaderLabels(("Peer", "Received", "Used", "Dropped"))
+        self.per_peer.verticalHeader().setVisible(False)
+        self.per_peer.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.per_peer.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+
+        bottom = QSplitter(Qt.Orientation.Horizontal)
+        bottom.addWidget(self.detail)
+        bottom.addWidget(self.per_peer)
+        bottom.setSizes([600, 320])
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.table)
+        split.addWidget(bottom)
+        split.setSizes([420, 200])
+        layout.addWidget(split, 1)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.feed.version == self._version:
+            return
+        self._version = self.feed.version
+        self.table_model.sync()
+        feed = self.feed
+        reasons = ", ".join(f"{reason} {n}" for reason, n in feed.dropped.most_common())
+        self.counters.setText(
+            f"<b>Received</b> {feed.received:,} &nbsp;·&nbsp; <b>used in training</b> {feed.used:,} "
+            f"&nbsp;·&nbsp; <b>waiting in pool</b> {feed.pooled:,} &nbsp;·&nbsp; "
+            f"<b>dropped</b> {feed.dropped_total:,}" + (f" ({reasons})" if reasons else ""))
+        peers = sorted(feed.per_peer.values(), key=lambda p: -p.received)
+        self.per_peer.setRowCount(len(peers))
+        for i, peer in enumerate(peers):
+            for col, value in enumerate((peer.name, peer.received, peer.used, peer.dropped)):
+                item = QTableWidgetItem(f"{value:,}" if isinstance(value, int) else value)
+                if col:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.per_peer.setItem(i, col, item)
+
+    def _show_detail(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        row = self.table_model.row_at(current.row())
+        if row is None:
+            self.detail.clear()
+            return
+        reward = "not scored" if row.reward is None else f"{row.reward:.3f} (re-scored here)"
+        status = row.status + (f": {row.reason}" if row.reason else "")
+        self.detail.setPlainText(
+            f"From {row.peer_name or row.origin_peer} · {row.specialty} · reward {reward} · {status}\n\n"
+            f"QUESTION\n{row.question}\n\nCOMPLETION\n{row.completion}")
