@@ -66,3 +66,63 @@ def library_rescore(group: RolloutGroup) -> RolloutGroup | None:
     if question is None:
         return None
     return group.with_rewards(tuple(library.score(question, c) for c in group.completions))
+
+
+# --- async scaffolding for service tests ------------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+class Node:
+    """A SwarmService with a real pool (library re-scoring) and the events it emitted."""
+
+    def __init__(self, config: Any, identity: Identity | None = None) -> None:
+        from engine.swarm.pool import RolloutPool
+        from engine.swarm.service import SwarmService
+
+        self.identity = identity or Identity.generate()
+        self.events: list[Any] = []
+        self.pool = RolloutPool(config.pool, library_rescore)
+        self.service = SwarmService(self.identity, config, self.pool,
+                                    {"model_id": "seed", "task_lib_version": "test-1"}, self.events.append)
+
+    def of_type(self, name: str) -> list[Any]:
+        return [e for e in self.events if type(e).__name__ == name]
+
+    def peer_ids(self) -> set[str]:
+        return {p.peer_id for p in self.service.peers()}
+
+
+def swarm_config(**overrides: Any) -> Any:
+    from engine.swarm.config import LinkConfig, SwarmConfig
+
+    fast = LinkConfig(reconnect_initial_s=0.1, reconnect_max_s=0.5, ping_interval_s=1.0, ping_timeout_s=2.0,
+                      connect_timeout_s=3.0)
+    return SwarmConfig(**{"listen_host": "127.0.0.1", "mdns": False, "link": fast, **overrides})
+
+
+def async_test(fn: Any) -> Any:
+    """Run an async test function on a fresh event loop (no pytest-asyncio dependency)."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return wrapper

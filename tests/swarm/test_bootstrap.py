@@ -1,0 +1,220 @@
+"""SwarmService instances and BootstrapServers on 127.0.0.1: relay, peer lists, /status, copies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from dataclasses import replace
+
+import pytest
+from swarm_helpers import Node, async_test, real_groups, swarm_config, wait_for
+from websockets.asyncio.client import connect
+
+from engine.swarm.bootstrap import BootstrapServer
+from engine.swarm.config import BootstrapConfig, LinkConfig
+from engine.swarm.identity import Identity
+from engine.swarm.protocol import SwarmProtocol
+
+pytestmark = pytest.mark.timeout(60)
+FAST = LinkConfig(reconnect_initial_s=0.1, reconnect_max_s=0.5, connect_timeout_s=3.0, ping_interval_s=1.0,
+                  ping_timeout_s=2.0)
+
+
+def fetch_status(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        assert resp.headers["Content-Type"] == "application/json"
+        return json.loads(resp.read())
+
+
+async def status(server: BootstrapServer) -> dict:
+    """GET /status over real HTTP (in a thread: the server runs on this test's loop)."""
+    return await asyncio.to_thread(fetch_status, server.url.replace("ws://", "http://") + "/status")
+
+
+def registered(server: BootstrapServer) -> int:
+    return len(server.status()["peers"])
+
+
+async def start_bootstrap(**overrides: object) -> BootstrapServer:
+    cfg = BootstrapConfig(**{"host": "127.0.0.1", "port": 0, "link": FAST, **overrides})
+    server = BootstrapServer(cfg, log=lambda level, msg: None)
+    await server.start()
+    return server
+
+
+@async_test
+async def test_three_nodes_exchange_through_one_bootstrap() -> None:
+    server = await start_bootstrap()
+    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(3)]
+    try:
+        for node in nodes:
+            await node.service.start()
+        ids = {n.identity.peer_id for n in nodes}
+        for node in nodes:
+            await wait_for(lambda node=node: node.peer_ids() == ids - {node.identity.peer_id},
+                           what="peer lists from the bootstrap")
+        sent = {}
+        for i, node in enumerate(nodes):
+            sent[node.identity.peer_id] = real_groups(node.identity.peer_id, 2, seed=10 + i)
+            assert await node.service.publish(sent[node.identity.peer_id]) == 1  # one link: the bootstrap
+        for node in nodes:
+            await wait_for(lambda node=node: len(node.pool) == 4, what="4 groups from 2 peers")
+            got = {(g.provenance.origin_peer, g.ref) for g in node.pool.candidates()}
+            expected = {(pid, g.ref) for pid, groups in sent.items() if pid != node.identity.peer_id
+                        for g in groups}
+            assert got == expected
+            assert all(g.rewards is not None and g.rewards[0] == 1.0 for g in node.pool.candidates())
+            assert {e.status for e in node.of_type("RolloutSeen")} == {"pooled"}
+        st = await status(server)
+        assert len(st["peers"]) == 3 and st["frames"]["rollouts"] == 3 and st["frames"]["relayed"] == 6
+        assert st["refusals"] == {}
+    finally:
+        for node in nodes:
+            await node.service.stop()
+        await server.stop()
+
+
+@async_test
+async def test_bootstrap_refuses_forged_and_malformed_frames() -> None:
+    server = await start_bootstrap()
+    node = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    try:
+        await node.service.start()
+        await wait_for(lambda: registered(server) == 1, what="node registered")
+        mallory = SwarmProtocol(Identity.generate(), node.service.config.limits)
+        async with connect(server.url, compression=None) as ws:
+            from engine.swarm.wire import Hello
+
+            await ws.send(mallory.encode("hello", {**Hello(mallory.identity.instance, "node", "m", "t",
+                                                           None).to_wire()}), text=True)
+            [frame] = mallory.encode_rollouts(real_groups(mallory.identity.peer_id, 1))
+            await ws.send(frame.replace(b'"seed"', b'"evil"'), text=True)  # breaks the signature
+            await ws.send(b'{"v":1,"type":"rollouts","ts":NaN}', text=True)
+            await ws.send(b"\xff\xfe", text=False)
+            await ws.send(frame, text=True)
+            await ws.send(frame, text=True)  # replay
+            await wait_for(lambda: len(node.pool) == 1, what="the one valid group relayed")
+        st = await status(server)
+        assert st["refusals"] == {"bad_signature": 1, "non_finite": 1, "bad_utf8": 1, "duplicate": 1}
+        assert st["frames"]["relayed"] == 1
+        assert node.service.stats()["refusals"] == {}  # nothing bad got through to the node
+    finally:
+        await node.service.stop()
+        await server.stop()
+
+
+@async_test
+async def test_forged_task_reference_is_dropped_by_the_receiver() -> None:
+    server = await start_bootstrap()
+    a, b = (Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(2))
+    try:
+        await a.service.start()
+        await b.service.start()
+        await wait_for(lambda: a.peer_ids() and b.peer_ids(), what="peers")
+        [good, bad] = real_groups(a.identity.peer_id, 2)
+        bad = replace(bad, question_hash="0" * 64)  # a ground truth a bad peer wants others to learn
+        await a.service.publish([good, bad])
+        await wait_for(lambda: len(b.of_type("RolloutSeen")) == 2, what="two decisions")
+        seen = {(e.status, e.reason) for e in b.of_type("RolloutSeen")}
+        assert seen == {("pooled", ""), ("dropped", "forged_ref")}
+        assert [g.ref for g in b.pool.candidates()] == [good.ref]
+    finally:
+        await a.service.stop()
+        await b.service.stop()
+        await server.stop()
+
+
+@async_test
+async def test_copied_identity_is_refused_and_told() -> None:
+    server = await start_bootstrap()
+    first = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    copy = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)), identity=Identity(first.identity._key))
+    try:
+        await first.service.start()
+        await wait_for(lambda: registered(server) == 1, what="first registered")
+        await copy.service.start()
+        await wait_for(lambda: copy.service.duplicate_identity is not None, what="copy told")
+        assert "copied" in str(copy.service.duplicate_identity)
+        errors = [e.message for e in copy.of_type("LogRecord") if e.level == "error"]
+        assert errors and "identity.key" in errors[0]
+        await asyncio.sleep(0.3)
+        st = await status(server)
+        assert [p["address"] for p in st["peers"]] and first.service.duplicate_identity is None
+        assert copy.service.stats()["links"] == 0  # the copy left and does not keep redialling
+    finally:
+        await first.service.stop()
+        await copy.service.stop()
+        await server.stop()
+
+
+@async_test
+async def test_restarted_node_replaces_its_frozen_link() -> None:
+    # Same key, new process (new instance) while the old link is open but silent is a restart, not a
+    # copy: the bootstrap pings the old link and replaces it when no pong comes back.
+    server = await start_bootstrap()
+    first = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    try:
+        await first.service.start()
+        await wait_for(lambda: registered(server) == 1, what="registered")
+        [frozen] = list(first.service._links)
+        frozen.ws.transport.pause_reading()  # the old process stops reading: no pongs
+        restarted = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)),
+                         identity=Identity(first.identity._key))
+        await restarted.service.start()
+        peer_id = first.identity.peer_id
+
+        def replaced() -> bool:
+            link = server._nodes.get(peer_id)
+            return link is not None and link.hello is not None and \
+                link.hello.instance == restarted.identity.instance
+        await wait_for(replaced, what="the restart replacing the frozen link")
+        assert restarted.service.duplicate_identity is None
+        await restarted.service.stop()
+    finally:
+        await first.service.stop()
+        await server.stop()
+
+
+@async_test
+async def test_linked_bootstraps_relay_once() -> None:
+    b1 = await start_bootstrap()
+    b2 = await start_bootstrap(link_urls=(b1.url,))
+    a = Node(swarm_config(listen=False, bootstrap_urls=(b1.url,)))
+    b = Node(swarm_config(listen=False, bootstrap_urls=(b2.url,)))
+    c = Node(swarm_config(listen=False, bootstrap_urls=(b1.url, b2.url)))  # on both: gets each frame twice
+    try:
+        for node in (a, b, c):
+            await node.service.start()
+        everyone = {n.identity.peer_id for n in (a, b, c)}
+        await wait_for(lambda: a.peer_ids() == everyone - {a.identity.peer_id}, what="a sees b and c")
+        await wait_for(lambda: b.peer_ids() == everyone - {b.identity.peer_id}, what="b sees a and c")
+        await a.service.publish(real_groups(a.identity.peer_id, 2, seed=3))
+        await wait_for(lambda: len(b.pool) == 2 and len(c.pool) == 2, what="relayed across the link")
+        await asyncio.sleep(0.3)
+        assert c.pool.stats()["received"] == 2  # the second copy died in the replay guard
+        assert c.service.stats()["refusals"] == {"duplicate": 1}
+        assert (await status(b2))["linked_bootstraps"] and (await status(b1))["linked_bootstraps"]
+    finally:
+        for node in (a, b, c):
+            await node.service.stop()
+        await b2.stop()
+        await b1.stop()
+
+
+@async_test
+async def test_connection_cap_gives_a_clear_error() -> None:
+    server = await start_bootstrap(max_connections=1)
+    a = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    b = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    try:
+        await a.service.start()
+        await wait_for(lambda: registered(server) == 1, what="a registered")
+        await b.service.start()
+        await wait_for(lambda: b.of_type("LogRecord"), what="b's warning")
+        message = b.of_type("LogRecord")[0].message
+        assert "server is full (HTTP 503)" in message and "try again later" in message
+    finally:
+        await a.service.stop()
+        await b.service.stop()
+        await server.stop()
