@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.seed_model",
     "engine.cli.tasks",
     "engine.cli.train",
+    "engine.cli.bench",
 )
 
 

@@ -87,3 +87,87 @@ def token_logprobs(model: Any, batch: TokenBatch, temperature: float,
         with torch.no_grad():  # a metric, never differentiated
             entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.completion_mask  # [B, C]
     return logp, entropy
+
+
+@dataclass(frozen=True)
+class PrefixBatch:
+    """Rows that share prompts: each distinct prompt is run once, its KV cache gathered per row.
+
+    prompt_ids:       [P, Tp] distinct prompts, left-padded
+    prompt_mask:      [P, Tp]
+    row_prompt:       [B] index into the prompts for each row
+    completion_ids:   [B, C] right-padded
+    completion_mask:  [B, C] float, 1 on real tokens
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    row_prompt: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    def to(self, device: Any) -> PrefixBatch:
+        return PrefixBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.row_prompt,
+                                                    self.completion_ids, self.completion_mask)))
+
+
+def build_prefix_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                       pad_id: int) -> PrefixBatch:
+    """Pack rows, deduplicating identical prompts (a GRPO group's L rows share one)."""
+    if len(prompt_ids) != len(completion_ids) or not prompt_ids:
+        raise ValueError("need one prompt per completion, at least one row")
+    if any(len(p) == 0 for p in prompt_ids) or any(len(c) == 0 for c in completion_ids):
+        raise ValueError("empty prompt or completion")
+    index: dict[tuple[int, ...], int] = {}
+    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]
+    distinct = list(index)
+    width = max(len(p) for p in distinct)
+    p_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
+    p_mask = torch.zeros((len(distinct), width), dtype=torch.long)
+    for i, p in enumerate(distinct):
+        p_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+        p_mask[i, width - len(p):] = 1
+    c_width = max(len(c) for c in completion_ids)
+    comp = torch.full((len(completion_ids), c_width), pad_id, dtype=torch.long)
+    comp_mask = torch.zeros((len(completion_ids), c_width), dtype=torch.float32)
+    for i, c in enumerate(completion_ids):
+        comp[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
+        comp_mask[i, :len(c)] = 1.0
+    return PrefixBatch(p_ids, p_mask, torch.tensor(row_prompt, dtype=torch.long), comp, comp_mask)
+
+
+def prefix_token_logprobs(model: Any, batch: PrefixBatch, temperature: float,
+                          with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same result as `token_logprobs` on the unshared rows, with each prompt computed once.
+
+    The prompt pass keeps its KV cache *with* gradients; gathering it per row and running the
+    completions against it lets backward flow into the shared prompt positions, so the gradient is
+    the same as with per-row prompts, at a fraction of the prompt compute.
+    -> (logp [B, C], entropy [B, C] or None), zeros where completion_mask is 0.
+    """
+    from transformers import DynamicCache
+
+    t = temperature if temperature > 0 else 1.0
+    p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [P, Tp]
+    cache = DynamicCache()
+    out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=p_pos,
+                cache=cache, use_cache=True, logits_to_keep=1)
+    first = out.logits[batch.row_prompt]  # [B, 1, V]: predicts each row's first completion token
+    c_width = batch.completion_ids.shape[1]
+    if c_width > 1:
+        cache.batch_select_indices(batch.row_prompt)  # [P, ...] -> [B, ...], differentiable gather
+        inputs = batch.completion_ids[:, :-1]  # [B, C-1]: token j predicts token j+1
+        mask = torch.cat([batch.prompt_mask[batch.row_prompt], batch.completion_mask[:, :-1].long()], dim=-1)
+        start = batch.prompt_mask.sum(-1)[batch.row_prompt]  # [B] first completion position
+        pos = start[:, None] + torch.arange(c_width - 1, device=start.device)[None, :]
+        rest = model(input_ids=inputs, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).logits
+        logits = torch.cat([first, rest], dim=1)  # [B, C, V]
+    else:
+        logits = first
+    logp_all = torch.log_softmax(logits.float() / t, dim=-1)  # [B, C, V]
+    logp = torch.gather(logp_all, 2, batch.completion_ids[:, :, None]).squeeze(-1) * batch.completion_mask
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.completion_mask  # [B, C]
+    return logp, entropy

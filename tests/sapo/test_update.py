@@ -11,8 +11,8 @@ import torch
 from engine.models.generate import SampleConfig, generate
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.logprobs import build_batch, token_logprobs
-from engine.sapo.update import TrainRow, make_optimizer, policy_update
+from engine.sapo.logprobs import build_batch, build_prefix_batch, prefix_token_logprobs, token_logprobs
+from engine.sapo.update import TrainRow, _chunk_rows, make_optimizer, policy_update
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +106,33 @@ def test_kl_needs_a_reference_and_is_zero_at_the_start(tiny: tuple[Any, Any]) ->
         policy_update(m, make_optimizer(m, cfg), rows, cfg, tok.pad_token_id)
     stats = policy_update(m, make_optimizer(m, cfg), rows, cfg, tok.pad_token_id, ref_model=model)
     assert stats.kl == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
+
+
+def test_shared_prompt_forward_equals_per_row_forward(tiny: tuple[Any, Any]) -> None:
+    """Each prompt once + its KV cache gathered per row: same log-probs and same gradient."""
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    rows = _rows(model, tok, [1.0, -1.0, 0.5, -0.5, 1.0, 1.0])
+    comps = [list(r.completion_ids) for r in rows]
+    comps[0] = comps[0][:1]  # a one-token completion among longer ones
+    prompts = [list(r.prompt_ids) for r in rows]
+    per_row, ent_a = token_logprobs(model, build_batch(prompts, comps, tok.pad_token_id), 0.7, with_entropy=True)
+    shared_batch = build_prefix_batch(prompts, comps, tok.pad_token_id)
+    assert shared_batch.prompt_ids.shape[0] == 2  # two distinct prompts for six rows
+    shared, ent_b = prefix_token_logprobs(model, shared_batch, 0.7, with_entropy=True)
+    assert torch.allclose(per_row, shared, atol=1e-5)
+    assert ent_a is not None and ent_b is not None and torch.allclose(ent_a, ent_b, atol=1e-4)
+    weights = torch.randn(per_row.shape, generator=torch.Generator().manual_seed(0))
+    (per_row * weights).sum().backward()
+    grads_a = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    (shared * weights).sum().backward()
+    for a, p in zip(grads_a, model.parameters()):
+        assert torch.allclose(a, p.grad, atol=1e-4)
+
+
+def test_chunks_follow_length_and_budgets(tiny: tuple[Any, Any]) -> None:
+    rows = [TrainRow((1,), tuple(range(n)), 1.0, False) for n in (5, 1, 3, 8, 2, 8)]
+    chunks = _chunk_rows(rows, max_rows=3, max_tokens=16)
+    # sorted lengths 1 2 3 5 8 8: [1 2 3] (3 rows), [5] (+8 would be 2 x 8 = 16 ok) -> [5 8], [8]
+    assert [[len(r.completion_ids) for r in c] for c in chunks] == [[1, 2, 3], [5, 8], [8]]

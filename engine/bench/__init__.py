@@ -1,0 +1,21 @@
+"""Benchmarks: each writes JSON + a short markdown table under bench/.
+
+A bench module exposes `run(out_dir: Path = BENCH_DIR, **options) -> dict` and `table(result) -> str`,
+and optionally `DESCRIPTION: str`. Add one line to BENCHES to join `sapo bench <name>` / `sapo bench all`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+BENCHES: dict[str, str] = {
+    "round": "engine.bench.round",
+    "fit": "engine.bench.fit",
+}
+
+
+def load(name: str) -> ModuleType:
+    if name not in BENCHES:
+        raise ValueError(f"unknown bench {name!r}; known: {', '.join(sorted(BENCHES))}")
+    return importlib.import_module(BENCHES[name])
