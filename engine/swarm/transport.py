@@ -61,7 +61,7 @@ def explain(url: str, exc: BaseException, timeout_s: float) -> TransportError:
     if isinstance(exc, socket.gaierror):
         return ConnectError(url, "cannot resolve the host name", "check the spelling and your DNS/network")
     if isinstance(exc, TimeoutError):
-        return ConnectError(url, f"no answer within {timeout_s:.0f} s",
+        return ConnectError(url, f"no answer within {timeout_s:g} s",
                             "is the host up and the port open? a firewall may be dropping the packets")
     if isinstance(exc, ssl.SSLError):
         return ConnectError(url, f"TLS failed ({exc.reason})", "check the certificate, or use ws:// on a LAN")
