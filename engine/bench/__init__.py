@@ -1,7 +1,8 @@
 """Benchmarks: each writes JSON + a short markdown table under bench/.
 
 A bench module exposes `run(out_dir: Path = BENCH_DIR, **options) -> dict` and `table(result) -> str`,
-and optionally `DESCRIPTION: str`. Add one line to BENCHES to join `sapo bench <name>` / `sapo bench all`.
+and optionally `DESCRIPTION: str` and `LONG = True` (left out of `sapo bench all` unless asked for).
+Add one line to BENCHES to join `sapo bench <name>` / `sapo bench all`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from types import ModuleType
 BENCHES: dict[str, str] = {
     "round": "engine.bench.round",
     "fit": "engine.bench.fit",
+    "learning": "engine.bench.learning",
 }
 
 
