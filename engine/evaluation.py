@@ -37,7 +37,7 @@ class EvalStats:
     @classmethod
     def from_dict(cls, data: Any) -> EvalStats:
         if not isinstance(data, dict):
-            raise ValueError("eval stats must be an object")
+            raise ValueError("eval stats must be an object")  # noqa: TRY004 (ValueError for every bad input)
         values: dict[str, Any] = {}
         for name in cls.__dataclass_fields__:
             value = data.get(name)
@@ -72,7 +72,7 @@ class EvalReport:
     def from_dict(cls, data: Any) -> EvalReport:
         """Validate a stored report (e.g. from the store's JSON column)."""
         if not isinstance(data, dict) or not isinstance(data.get("per_specialty"), dict):
-            raise ValueError("eval report must be an object with per_specialty")
+            raise ValueError("eval report must be an object with per_specialty")  # noqa: TRY004 (ValueError for every bad input)
         k, seconds = data.get("k"), data.get("seconds", 0.0)
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError("eval report k must be a positive int")

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 SCHEMA_VERSION = 1
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
@@ -65,7 +65,7 @@ class StoreError(RuntimeError):
 
 def _text(value: Any, name: str, limit: int = MAX_TEXT) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string")
+        raise ValueError(f"{name} must be a string")  # noqa: TRY004 (ValueError for every bad input)
     return value[:limit]
 
 
@@ -110,7 +110,7 @@ class Store:
             self._db.close()
             raise
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

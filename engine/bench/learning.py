@@ -140,12 +140,12 @@ def table(result: dict[str, Any]) -> str:
     k = result["eval"]["k"]
     lines = [
         f"# Solo learning run: {result['rounds']} rounds on {result['model']} (seed {result['seed']})",
-        f"lr {result['config']['lr']}, {result['config']['num_local']}x{result['config']['completions']} per round, "
-        f"num_iterations {result['config']['num_iterations']}, beta {result['config']['beta']}, "
-        f"loss_norm {result['config']['loss_norm']}; {result['seconds_per_round']:.2f} s/round, "
-        f"{result['wall_seconds'] / 60:.1f} min in all; {result['measured_at']}", "",
-        f"Held-out: {result['eval']['questions_per_specialty']} questions per specialty, k = {k}, T = 1; mean ± sd "
-        f"over {result['eval']['noise_repeats']} sampling seeds.", "",
+        (f"lr {result['config']['lr']}, {result['config']['num_local']}x{result['config']['completions']} per "
+         f"round, num_iterations {result['config']['num_iterations']}, beta {result['config']['beta']}, "
+         f"loss_norm {result['config']['loss_norm']}; {result['seconds_per_round']:.2f} s/round, "
+         f"{result['wall_seconds'] / 60:.1f} min in all; {result['measured_at']}"), "",
+        (f"Held-out: {result['eval']['questions_per_specialty']} questions per specialty, k = {k}, T = 1; "
+         f"mean ± sd over {result['eval']['noise_repeats']} sampling seeds."), "",
         "| set | metric | seed | after | delta |", "|---|---|---|---|---|",
     ]
     for label, key in (("rl mix", "rl"), ("untrained settings", "untrained")):
@@ -160,6 +160,6 @@ def table(result: dict[str, Any]) -> str:
             lines.append(f"| {n}{' (untrained)' if key == 'untrained' else ''} | {v:.4f} | "
                          f"{a[key]['per_specialty_pass1'][n]:.4f} |")
     ratio = result["delta_over_noise"]
-    lines += ["", f"pass@1 delta {result['pass1_delta']:+.4f} = "
-              f"{'n/a' if ratio is None else f'{ratio:.1f}'} x the eval's noise sd ({result['pass1_noise_sd']:.4f})."]
+    lines += ["", (f"pass@1 delta {result['pass1_delta']:+.4f} = {'n/a' if ratio is None else f'{ratio:.1f}'}"
+                   f" x the eval's noise sd ({result['pass1_noise_sd']:.4f}).")]
     return "\n".join(lines)

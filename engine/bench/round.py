@@ -28,8 +28,8 @@ def _batch(model: Any, tok: Any, cfg: Any, seed: int) -> tuple[list[Any], dict[s
     import random
 
     from engine.models.generate import generate
-    from engine.sapo.rows import advantages_of
     from engine.sapo.records import Provenance, RolloutGroup
+    from engine.sapo.rows import advantages_of
     from engine.sapo.update import TrainRow
     from engine.tasks import library
 
@@ -195,21 +195,21 @@ def table(result: dict[str, Any]) -> str:
     b = result["batch"]
     lines = [
         f"# One paper-sized round (8 questions x 8 completions), {result['model']}",
-        f"{result['parameters'] / 1e6:.2f}M parameters, {result['threads']} thread(s), torch {result['torch']}, "
-        f"TRL {result['trl']}; measured {result['measured_at']}", "",
+        (f"{result['parameters'] / 1e6:.2f}M parameters, {result['threads']} thread(s), torch {result['torch']}, "
+         f"TRL {result['trl']}; measured {result['measured_at']}"), "",
         "| phase | seconds (median) |", "|---|---|",
         *(f"| {k} | {v:.3f} |" for k, v in ph.items() if k != "groups_trained_mean"),
         f"| (groups trained per round, mean) | {ph['groups_trained_mean']:.1f} |", "",
-        f"## The same GRPO update ({b['rows']} rows, {b['completion_tokens']} completion tokens, every row "
-        "with a non-zero advantage)", "",
+        (f"## The same GRPO update ({b['rows']} rows, {b['completion_tokens']} completion tokens, every row "
+         "with a non-zero advantage)"), "",
         "| implementation | seconds per update (median) | first-step loss |", "|---|---|---|",
         f"| ours (`policy_update`) | {up['ours_median']:.4f} | {result['first_step_loss']['ours']:+.5f} |",
     ]
     if up["trl_median"] is not None:
         lines.append(f"| TRL `GRPOTrainer` (loss_type dapo) | {up['trl_median']:.4f} | "
                      f"{result['first_step_loss']['trl']:+.5f} |")
-        lines += ["", f"**ratio ours / TRL = {result['ratio_ours_over_trl']:.3f}** (goal <= 0.5); largest "
-                  f"parameter difference after one step: {result['param_max_abs_diff_after_one_step']:.2e}"]
+        lines += ["", (f"**ratio ours / TRL = {result['ratio_ours_over_trl']:.3f}** (goal <= 0.5); largest "
+                       f"parameter difference after one step: {result['param_max_abs_diff_after_one_step']:.2e}")]
     else:
         lines += ["", "TRL not installed (`pip install -e '.[bench]'`): no ratio."]
     return "\n".join(lines)

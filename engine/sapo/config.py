@@ -96,9 +96,9 @@ class SapoConfig:
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
         if not isinstance(self.sampling, SampleConfig):
-            raise ValueError("sampling must be a SampleConfig")
+            raise ValueError("sampling must be a SampleConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.partial_credit, bool) or not isinstance(self.filter_zero_advantage, bool):
-            raise ValueError("partial_credit and filter_zero_advantage must be booleans")
+            raise ValueError("partial_credit and filter_zero_advantage must be booleans")  # noqa: TRY004 (ValueError for every bad input)
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
@@ -124,7 +124,7 @@ class SapoConfig:
     def from_dict(cls, data: Any) -> SapoConfig:
         """Validate a stored/user config (unknown keys are an error, not silently ignored)."""
         if not isinstance(data, dict):
-            raise ValueError("sapo config must be an object")
+            raise ValueError("sapo config must be an object")  # noqa: TRY004 (ValueError for every bad input)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:

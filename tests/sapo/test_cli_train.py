@@ -22,7 +22,8 @@ def test_train_resume_history_eval(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "resumed at round 2" in out and "round     3" in out
     assert main(["history", "--data-dir", str(tmp_path / "data"), "--csv", str(tmp_path / "h.csv")]) == 0
-    rows = list(csv.DictReader(open(tmp_path / "h.csv")))
+    with open(tmp_path / "h.csv") as fh:
+        rows = list(csv.DictReader(fh))
     assert [r["round"] for r in rows] == ["1", "2", "3"]
     assert main(["eval", *common, "--repeat", "2", "--json", str(tmp_path / "e.json")]) == 0
     reports = json.loads((tmp_path / "e.json").read_text())

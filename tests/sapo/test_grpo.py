@@ -8,8 +8,15 @@ import pytest
 import torch
 
 from engine.sapo.external import apply_external_strategy
-from engine.sapo.grpo import (clipped_token_objective, group_advantages, kl_k3, loss_denominator,
-                              masked_loss_sum, nonzero_advantage_groups, sequence_importance_weights)
+from engine.sapo.grpo import (
+    clipped_token_objective,
+    group_advantages,
+    kl_k3,
+    loss_denominator,
+    masked_loss_sum,
+    nonzero_advantage_groups,
+    sequence_importance_weights,
+)
 
 
 def test_group_advantages_by_hand() -> None:
