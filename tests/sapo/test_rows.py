@@ -1,0 +1,44 @@
+"""External completions become loss rows through the local tokenizer and prompt template."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from engine.models.policy import build_byte_tokenizer
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.rows import advantages_of, external_rows, retokenize_completion
+from engine.tasks.reference import TaskRef
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    return build_byte_tokenizer()
+
+
+def test_retokenize_appends_eos_or_truncates(tok: Any) -> None:
+    eos = tok.eos_token_id
+    ids = retokenize_completion(tok, "<answer>7</answer>", eos, 48)
+    assert ids[-1] == eos and tok.decode(ids[:-1]) == "<answer>7</answer>"
+    cut = retokenize_completion(tok, "x" * 100, eos, 10)
+    assert len(cut) == 10 and eos not in cut
+
+
+def test_external_rows_use_local_prompt_and_drop_bad_logprobs(tok: Any) -> None:
+    ref = TaskRef("basic_arithmetic", {}, 1, 2)
+    prov = Provenance("peer", "other-model", 1, 1, 0.0)
+    good = RolloutGroup(ref, "h", ("a", "bb"), prov, generator_logprobs=((-1.0,), (-0.5, -0.5))
+                        ).with_rewards((1.0, 0.0))
+    liar = RolloutGroup(ref, "h", ("a", "bb"), prov, generator_logprobs=((-1.0,), (float("nan"),))
+                        ).with_rewards((0.0, 1.0))
+    short = RolloutGroup(ref, "h", ("a", "bb"), prov, generator_logprobs=((-1.0,),)).with_rewards((0.0, 1.0))
+    rows = external_rows([good, liar, short], ["P1\n", "P2\n", "P3\n"], tok, tok.eos_token_id, 48, 1e-6)
+    assert len(rows) == 6 and all(r.external for r in rows)
+    assert tok.decode(rows[0].prompt_ids) == "P1\n" and tok.decode(rows[3].prompt_ids) == "P2\n"
+    assert [r.generator_logp_sum for r in rows[:2]] == [-1.0, -1.0]
+    assert rows[2].generator_logp_sum is None and rows[5].generator_logp_sum is None
+    # (1, 0): mean 0.5, sample std 0.7071 -> +-0.7071
+    assert rows[0].advantage == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+    assert advantages_of(good, 1e-6) == pytest.approx([0.70710, -0.70710], abs=1e-4)
