@@ -74,6 +74,7 @@ class RolloutSeen(Event):
     reward: float | None
     status: str  # "pooled" | "used" | "dropped"
     reason: str = ""
+    ref_key: str = ""  # TaskRef.key of the group (store column; empty where unknown)
 
 
 @dataclass(frozen=True)

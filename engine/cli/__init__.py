@@ -13,6 +13,7 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.bootstrap",
     "engine.cli.doctor",
+    "engine.cli.run",
     "engine.cli.gui",
     "engine.cli.start",
     "engine.cli.seed_model",

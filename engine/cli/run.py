@@ -1,0 +1,146 @@
+"""`sapo run`: the engine, a long-lived node process (headless). The GUI drives it over --control."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a node: train SAPO rounds, share rollouts with the swarm")
+    p.add_argument("--headless", action="store_true", help="no GUI (the engine process; the default)")
+    p.add_argument("--solo", action="store_true", help="train alone: no swarm links, J = 0")
+    p.add_argument("--bootstrap", action="append", default=[], metavar="URL",
+                   help="ws:// rendezvous + relay server (repeatable)")
+    p.add_argument("--peer", action="append", default=[], metavar="URL", help="ws:// peer to dial directly")
+    p.add_argument("--no-mdns", action="store_true", help="don't announce or browse the LAN")
+    p.add_argument("--listen", default=None, metavar="HOST:PORT", help="peer listener (default 0.0.0.0:0)")
+    p.add_argument("--data-dir", type=Path, default=None, help="identity, settings, store, checkpoints")
+    p.add_argument("--rounds", type=int, default=0, help="leave after N rounds (default: run until stopped)")
+    p.add_argument("--model", default="seed", help="catalog id or local model dir (default: seed)")
+    p.add_argument("--preset", default="cpu-small", help="trainer preset: paper | cpu-small")
+    p.add_argument("--local", type=int, default=None, metavar="I", help="own questions per round")
+    p.add_argument("--external", type=int, default=None, metavar="J", help="peers' groups per round")
+    p.add_argument("--strategy", default=None, help="external groups: plain | positive-only | importance-weighted")
+    p.add_argument("--seed", type=int, default=0, help="this node's RNG seed")
+    p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=None)
+    p.add_argument("--control", action="store_true",
+                   help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
+    p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
+    p.add_argument("--paused", action="store_true", help="start without joining (wait for the GUI)")
+    p.set_defaults(func=run)
+
+
+def parse_listen(text: str | None) -> tuple[str, int]:
+    if not text:
+        return "0.0.0.0", 0
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SystemExit(f"--listen must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from engine.node import NodeConfig
+    from engine.paths import default_data_dir
+    from engine.sapo.config import preset
+    from engine.swarm.config import SwarmConfig
+
+    sapo = preset(args.preset)
+    changes: dict[str, Any] = {}
+    if args.local is not None:
+        changes["num_local"] = args.local
+    if args.external is not None:
+        changes["num_external"] = args.external
+    if args.strategy is not None:
+        changes["external_strategy"] = args.strategy
+    elif not args.solo and args.external is None and sapo.num_external == 0:
+        # in a swarm, half the round comes from peers by default (the paper's best: 4/4)
+        half = max(1, sapo.num_local // 2)
+        changes.update(num_local=sapo.num_local - half, num_external=half)
+    sapo = sapo.replace(**changes) if changes else sapo
+    host, port = parse_listen(args.listen)
+    swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
+                        peer_urls=tuple(args.peer), mdns=not args.no_mdns)
+    return NodeConfig(data_dir=(args.data_dir or default_data_dir()).expanduser(), model=args.model, sapo=sapo,
+                      swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        config = build_config(args)
+    except ValueError as exc:
+        raise SystemExit(f"sapo run: {exc}") from exc
+    return asyncio.run(serve(config, control=args.control, control_port=args.control_port,
+                             start_paused=args.paused))
+
+
+async def serve(config: Any, *, control: bool, control_port: int = 0, start_paused: bool = False) -> int:
+    from engine.node import Node
+
+    node = Node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C raises KeyboardInterrupt instead
+            pass
+    server = await _start_control(node, config.data_dir, control_port) if control else None
+    _print_progress_lines(node)
+    try:
+        if not start_paused:
+            await node.join()
+        waiters = [asyncio.ensure_future(stop.wait())]
+        if not control:  # without a GUI to ask for more, the process ends with its rounds
+            waiters.append(asyncio.ensure_future(node.finished.wait()))
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+    finally:
+        await node.leave()
+        if server is not None:
+            await server.close()
+            from engine.control.token import remove_control_info
+
+            remove_control_info(config.data_dir, os.getpid())
+        node.store.close()
+    return 1 if node.error else 0
+
+
+async def _start_control(node: Any, data_dir: Path, port: int) -> Any:
+    from engine.control.server import ControlServer
+    from engine.control.token import create_token, write_control_info
+
+    server = ControlServer(node, create_token(data_dir), port=port)
+    url = await server.start()
+    write_control_info(data_dir, url, os.getpid())
+    logging.getLogger("sapo.control").info("control API on %s (token in %s)", url, data_dir)
+    return server
+
+
+def _print_progress_lines(node: Any) -> None:
+    """One line per round and per evaluation on stdout: what a headless contributor watches."""
+    from engine.events import EvalCompleted, RoundCompleted, StateChanged
+
+    def show(event: Any) -> None:
+        if isinstance(event, RoundCompleted):
+            m = event.metrics
+            print(f"round {event.round:5d}  reward {m.get('reward_mean', 0.0):.3f}  "
+                  f"trained on {event.num_local} own + {event.num_external} peers' groups  "
+                  f"{event.phase_seconds.get('total', 0.0):.1f}s", flush=True)
+        elif isinstance(event, EvalCompleted):
+            print(f"eval  round {event.round}: pass@1 {event.pass1:.3f}  pass@{event.k} {event.passk:.3f}",
+                  flush=True)
+        elif isinstance(event, StateChanged):
+            print(f"state {event.state}{': ' + event.detail if event.detail else ''}", flush=True)
+
+    node.bus.add_listener(show)

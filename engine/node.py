@@ -1,0 +1,378 @@
+"""The node: a SAPO trainer, the swarm links and the store, composed; join / pause / leave.
+
+Threads: the asyncio loop (swarm links, mDNS, control API) never trains. One worker thread runs
+rounds back to back; it reads the pool (thread-safe), hands the groups it generated to the loop for
+publishing, and emits typed events on the bus. Pausing and leaving take effect *between* rounds, so a
+round in flight is never half-applied: a crash or a kill loses at most that round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.bus import EventBus
+from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
+from engine.guard import may_train, probe_machine
+from engine.sapo.config import SapoConfig
+from engine.sapo.records import RolloutGroup
+from engine.settings import ContributorSettings
+from engine.swarm.config import SwarmConfig
+
+log = logging.getLogger("sapo.node")
+
+GUARD_RECHECK_S = 5.0  # how often a paused node re-reads battery / idle / temperature
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """One node process."""
+
+    data_dir: Path  # identity, settings, node.db, checkpoints
+    model: str = "seed"  # catalog id, or a local model directory
+    mix: str = "rl"  # task mix preset (engine.tasks.PRESETS); "rl" excludes gameable specialties
+    sapo: SapoConfig = field(default_factory=SapoConfig)  # the trainer (I, J, L, lr, strategy, ...)
+    swarm: SwarmConfig = field(default_factory=SwarmConfig)  # links, mDNS, bootstrap, pool
+    solo: bool = False  # never open swarm links (J is forced to 0)
+    rounds: int = 0  # stop (and leave) after this many rounds in this run; 0 = until told to
+    seed: int = 0  # RNG seed of this node's question draws and sampling
+    device: str | None = None  # "cpu" / "cuda" / "mps"; None = the best available (GPU setting allowing)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
+            raise ValueError("rounds must be an int >= 0")
+        if self.device not in (None, "cpu", "cuda", "mps"):
+            raise ValueError("device must be cpu, cuda or mps")
+        if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
+            raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
+
+
+def make_rescorer(partial_credit: bool) -> Callable[[RolloutGroup], RolloutGroup | None]:
+    """The pool's gate: regenerate the question from the reference, check its hash, score every
+    completion with the *local* verifier. A forged or unknown reference gives None (dropped)."""
+    from engine import tasks
+
+    def rescore(group: RolloutGroup) -> RolloutGroup | None:
+        question = tasks.verify(group.ref, group.question_hash)
+        if question is None:
+            return None
+        rewards = tuple(tasks.score(question, c, partial_credit=partial_credit) for c in group.completions)
+        return group.with_rewards(rewards)
+
+    return rescore
+
+
+class Node:
+    """Implements engine.control.api.NodeControl."""
+
+    def __init__(self, config: NodeConfig, *, settings: ContributorSettings | None = None,
+                 bus: EventBus | None = None) -> None:
+        from engine.store import Store
+
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.bus = bus or EventBus()
+        self.settings = settings or ContributorSettings.load(config.data_dir)
+        self.store = Store(config.data_dir / "node.db")
+        self.bus.add_listener(self._record)
+        self._state, self._detail = "stopped", ""
+        self._round, self._policy_version = 0, 0
+        self._model_label, self._device, self._backend = config.model, "", ""
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._pause_requested = False
+        self._stop_requested = False
+        self._worker: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._swarm: Any = None
+        self._pool: Any = None
+        self._identity: Any = None
+        self.finished = asyncio.Event()  # set when the worker ends (rounds limit, leave, or a crash)
+        self.error: str | None = None
+
+    # ---- NodeControl ------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": self._state, "detail": self._detail, "round": self._round,
+                    "policy_version": self._policy_version, "peers": self._peer_count(),
+                    "model": self._model_label, "device": self._device, "backend": self._backend,
+                    "data_dir": str(self.config.data_dir),
+                    "peer_name": self._identity.name if self._identity else ""}
+
+    async def join(self) -> None:
+        if self._worker is not None and self._worker.is_alive():
+            await self.resume()
+            return
+        self._loop = asyncio.get_running_loop()
+        self.finished = asyncio.Event()
+        self._stop_requested = False
+        self._pause_requested = False
+        self._set_state("joining")
+        if not self.config.solo:
+            await self._start_swarm()
+        self._worker = threading.Thread(target=self._work, name="sapo-trainer", daemon=True)
+        self._worker.start()
+
+    async def leave(self) -> None:
+        if self._worker is None:
+            self._set_state("stopped")
+            return
+        self._set_state("leaving", "finishing the round in flight")
+        self._stop_requested = True
+        self._wake.set()
+        await asyncio.to_thread(self._worker.join)
+        self._worker = None
+        await self._stop_swarm()
+        self._set_state("stopped", self.error or "")
+
+    async def pause(self, after_round: bool = True) -> None:
+        # A round is one optimizer update: it always finishes, so both ways wait for it.
+        self._pause_requested = True
+        if self._state not in ("paused", "stopped"):
+            self._set_state("pausing", "finishing this round, then pausing")
+        self._wake.set()
+
+    async def resume(self) -> None:
+        self._pause_requested = False
+        if self.settings.snooze_until > time.time():
+            await self.update_settings({"snooze_until": 0.0})
+        self._wake.set()
+
+    async def snooze(self, seconds: float) -> None:
+        if not 0 < seconds <= 7 * 24 * 3600:
+            raise ValueError("snooze must be between 0 and 7 days")
+        await self.update_settings({"snooze_until": time.time() + seconds})
+
+    def get_settings(self) -> dict[str, Any]:
+        return self.settings.to_dict()
+
+    async def update_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        new = ContributorSettings.from_dict(changes, base=self.settings)
+        new.save(self.config.data_dir)
+        self.settings = new
+        self._wake.set()  # a paused node re-checks its rules now
+        return new.to_dict()
+
+    def history(self, limit: int = 2000) -> dict[str, Any]:
+        """The store's record, oldest first, for the GUI to rebuild its dashboards."""
+        return {"rounds": self.store.rounds(limit=limit), "evals": self.store.evals(),
+                "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers()}
+
+    def machine(self) -> dict[str, Any]:
+        from engine import doctor
+
+        return doctor.report(can_fetch=None)
+
+    # ---- swarm ------------------------------------------------------------------------------------
+    async def _start_swarm(self) -> None:
+        from engine import tasks
+        from engine.swarm.identity import Identity
+        from engine.swarm.pool import RolloutPool
+        from engine.swarm.service import SwarmService
+
+        self._identity = Identity.load_or_create(self.config.data_dir)
+        self._pool = RolloutPool(self.config.swarm.pool, make_rescorer(self.config.sapo.partial_credit))
+        swarm_cfg = self.config.swarm
+        if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
+            swarm_cfg = dataclasses.replace(
+                swarm_cfg, bootstrap_urls=swarm_cfg.bootstrap_urls + (self.settings.bootstrap_url,))
+        if not self.settings.lan_discovery:
+            swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
+        info = {"model_id": self._model_id(), "task_lib_version": task_library_version()}
+        self._swarm = SwarmService(self._identity, swarm_cfg, self._pool, info, self.bus.publish,
+                                   question_text=lambda g: tasks.regenerate(g.ref).text)
+        await self._swarm.start()
+        self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
+                                   f"{self._swarm.listen_url}"))
+
+    async def _stop_swarm(self) -> None:
+        if self._swarm is not None:
+            await self._swarm.stop()
+            self._swarm = None
+
+    def _peer_count(self) -> int:
+        return len(self._swarm.peers()) if self._swarm is not None else 0
+
+    def _model_id(self) -> str:
+        return "seed" if self.config.model == "seed" else Path(self.config.model).name
+
+    def _publish_groups(self, groups: list[RolloutGroup]) -> None:
+        if self._swarm is None or self._loop is None or not groups:
+            return
+        future = asyncio.run_coroutine_threadsafe(self._swarm.publish(groups), self._loop)
+        future.add_done_callback(self._log_publish_failure)
+
+    def _log_publish_failure(self, future: Any) -> None:
+        exc = future.exception()
+        if exc is not None:
+            self.bus.publish(LogRecord(level="warning", message=f"publishing rollouts failed: {exc}"))
+
+    # ---- the worker thread ------------------------------------------------------------------------
+    def _work(self) -> None:
+        trainer = None
+        try:
+            trainer = self._build_trainer()
+            done = 0
+            while not self._stop_requested:
+                if not self._may_run_now():
+                    continue
+                self._set_state("in_swarm" if self._peer_count() else "solo")
+                self._run_one_round(trainer)
+                done += 1
+                if self.config.rounds and done >= self.config.rounds:
+                    break
+        except Exception as exc:  # noqa: BLE001 -- the worker's supervisor: report, never die silently
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.bus.publish(LogRecord(level="error", message=traceback.format_exc()))
+            self._set_state("stopped", self.error)
+        finally:
+            if trainer is not None:
+                trainer.save_checkpoint()
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self.finished.set)
+
+    def _may_run_now(self) -> bool:
+        verdict = may_train(self.settings, probe_machine(time.time()))
+        if self._pause_requested or not verdict.run:
+            self._set_state("paused", "paused by you" if self._pause_requested else verdict.reason)
+            self._wake.wait(timeout=GUARD_RECHECK_S)
+            self._wake.clear()
+            return False
+        return True
+
+    def _build_trainer(self) -> Any:
+        from engine import tasks
+        from engine.models.policy import load_policy
+        from engine.sapo.trainer import Trainer
+
+        sapo = self.config.sapo
+        if self.config.solo and sapo.num_external:
+            sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
+        device = pick_device(self.config.device, self.settings.use_gpu)
+        _set_threads(device, self.settings.cpu_cores)
+        spec_id, path, lora = resolve_model(self.config.model)
+        self.bus.publish(LogRecord(level="info", message=f"loading {spec_id} on {device} ..."))
+        import transformers
+
+        transformers.logging.disable_progress_bar()  # the GUI and log show our own progress
+        model, tokenizer = load_policy(path, device=device, lora=lora)
+        trainer = Trainer.resume(model, tokenizer, sapo, tasks.preset(self.config.mix), self.store,
+                                 self.config.data_dir / "checkpoints", self.config.seed, model_id=spec_id,
+                                 on_event=self.bus.publish)
+        with self._lock:
+            self._round, self._policy_version = trainer.round, trainer.policy_version
+            self._device, self._backend = device, "transformers" + (" + LoRA" if lora else "")
+            self._model_label = spec_id
+        self.bus.publish(LogRecord(level="info", message=f"ready: {spec_id} on {device}, "
+                                   f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))
+        return trainer
+
+    def _run_one_round(self, trainer: Any) -> None:
+        """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
+        external = self._pool.candidates() if self._pool is not None and trainer.cfg.num_external else []
+        result = trainer.run_round(external)
+        if self._pool is not None and result.used_external:
+            self._pool.mark_used(result.used_external)
+            for group in result.used_external:
+                self.bus.publish(_rollout_event(group, "used"))
+        self._publish_groups(list(result.local_groups))
+        with self._lock:
+            self._round, self._policy_version = result.round, result.policy_version
+
+    # ---- bookkeeping ------------------------------------------------------------------------------
+    def _set_state(self, state: str, detail: str = "") -> None:
+        with self._lock:
+            if (state, detail) == (self._state, self._detail):
+                return
+            self._state, self._detail = state, detail
+        self.bus.publish(StateChanged(state=state, detail=detail))
+
+    def _record(self, event: Event) -> None:
+        """Bus listener: what peers sent and who they are goes to the store (round metrics are
+        stored by the trainer itself)."""
+        if isinstance(event, RolloutSeen):
+            self.store.record_rollout(event.origin_peer, event.specialty, event.ref_key, event.status,
+                                      event.reason, event.reward, event.ts)
+            if event.status == "used":
+                self.store.add_peer_counts(event.origin_peer, used=1)
+            else:
+                self.store.add_peer_counts(event.origin_peer, received=1)
+        elif isinstance(event, PeerUpdated):
+            self.store.upsert_peer(event.peer_id, event.name, event.model, event.found_by, event.address,
+                                   event.ts)
+        elif isinstance(event, LogRecord):
+            level = event.level if event.level in ("info", "warning", "error") else "info"
+            getattr(log, level)(event.message)
+
+
+def task_library_version() -> str:
+    """Peers regenerate each other's questions: they must run the same task generators."""
+    from importlib.metadata import version
+
+    return f"reasoning-gym=={version('reasoning-gym')}"
+
+
+def pick_device(requested: str | None, use_gpu: bool) -> str:
+    if requested is not None:
+        return requested
+    if not use_gpu:
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _set_threads(device: str, cores: int) -> None:
+    """Training threads: the contributor's cap, else all physical cores but one (the desktop stays usable)."""
+    import torch
+
+    from engine.hardware import cpu_info
+
+    if device == "cpu":
+        torch.set_num_threads(cores or max(1, cpu_info().physical_cores - 1))
+
+
+def resolve_model(model: str) -> tuple[str, Path, Any]:
+    """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
+    models train LoRA adapters and are downloaded from the hub on first use (with progress)."""
+    from engine.models import catalog
+    from engine.models.policy import LoraSpec
+    from engine.paths import SEED_MODEL_DIR
+
+    if model == "seed":
+        return "seed", SEED_MODEL_DIR, None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path.name, path, None
+    spec = catalog.get(model)  # KeyError names the known ids
+    if spec.is_gguf or spec.hf_repo is None:
+        raise ValueError(f"{model} is a GGUF build: run it with the llama.cpp backend")
+    from huggingface_hub import snapshot_download
+
+    local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+    return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                    "up_proj", "down_proj"))
+
+
+def _rollout_event(group: RolloutGroup, status: str, reason: str = "") -> RolloutSeen:
+    from engine import tasks
+    from engine.swarm.identity import name_for
+
+    question = tasks.regenerate(group.ref).text  # cached: the pool regenerated it on arrival
+    mean = sum(group.rewards) / len(group.rewards) if group.rewards else None
+    return RolloutSeen(origin_peer=group.provenance.origin_peer, peer_name=name_for(group.provenance.origin_peer),
+                       specialty=group.ref.specialty, question=question[:2000],
+                       completion=group.completions[0][:2000] if group.completions else "", reward=mean,
+                       status=status, reason=reason, ref_key=group.ref.key)

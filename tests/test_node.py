@@ -1,0 +1,111 @@
+"""The node on a tiny real model: join, rounds, pause after the round, resume, leave, restart."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from engine.events import RoundCompleted, StateChanged
+from engine.models.policy import build_tiny_policy
+from engine.node import Node, NodeConfig
+from engine.sapo.config import preset
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def small_config(data_dir: Path, model: Path, rounds: int = 0) -> NodeConfig:
+    sapo = preset("cpu-small").replace(num_local=2, completions=4, eval_every=0, checkpoint_every=2)
+    return NodeConfig(data_dir=data_dir, model=str(model), sapo=sapo, solo=True, rounds=rounds, seed=3)
+
+
+async def wait_for(predicate, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_join_pause_resume_leave(tmp_path: Path, tiny_model: Path) -> None:
+    node = Node(small_config(tmp_path, tiny_model))
+    seen: list[object] = []
+    node.bus.add_listener(seen.append)
+
+    async def main() -> None:
+        await node.join()
+        await wait_for(lambda: node.status()["round"] >= 2)
+        await node.pause(after_round=True)
+        await wait_for(lambda: node.status()["state"] == "paused")
+        paused_at = node.status()["round"]
+        await asyncio.sleep(0.5)
+        assert node.status()["round"] == paused_at  # no round runs while paused
+        await node.resume()
+        await wait_for(lambda: node.status()["round"] > paused_at)
+        await node.leave()
+        assert node.status()["state"] == "stopped"
+
+    asyncio.run(main())
+    states = [e.state for e in seen if isinstance(e, StateChanged)]
+    assert states[0] == "joining" and "solo" in states and "pausing" in states and "paused" in states
+    assert states[-2:] == ["leaving", "stopped"]
+    rounds = [e.round for e in seen if isinstance(e, RoundCompleted)]
+    assert rounds == list(range(1, len(rounds) + 1))
+    history = node.history()
+    assert [r["round"] for r in history["rounds"]] == rounds
+    assert node.error is None
+    node.store.close()
+
+
+def test_restart_resumes_from_the_checkpoint(tmp_path: Path, tiny_model: Path) -> None:
+    async def run_rounds(n: int) -> Node:
+        node = Node(small_config(tmp_path, tiny_model, rounds=n))
+        await node.join()
+        await node.finished.wait()
+        await node.leave()
+        node.store.close()
+        return node
+
+    first = asyncio.run(run_rounds(3))
+    assert first.status()["round"] == 3
+    second = asyncio.run(run_rounds(2))
+    assert second.status()["round"] == 5  # continued, did not start over
+    assert second.status()["policy_version"] >= first.status()["policy_version"]
+
+
+def test_settings_update_is_validated_and_persisted(tmp_path: Path, tiny_model: Path) -> None:
+    node = Node(small_config(tmp_path, tiny_model))
+
+    async def main() -> None:
+        with pytest.raises(ValueError):
+            await node.update_settings({"cpu_cores": -1})
+        await node.update_settings({"pause_on_battery": False})
+        await node.snooze(3600)
+
+    asyncio.run(main())
+    again = Node(small_config(tmp_path, tiny_model))
+    assert again.get_settings()["pause_on_battery"] is False
+    assert again.get_settings()["snooze_until"] > 0
+    node.store.close()
+    again.store.close()
+
+
+def test_snoozed_node_pauses_with_the_reason(tmp_path: Path, tiny_model: Path) -> None:
+    node = Node(small_config(tmp_path, tiny_model))
+
+    async def main() -> None:
+        await node.snooze(3600)
+        await node.join()
+        await wait_for(lambda: node.status()["state"] == "paused")
+        assert "snoozed" in node.status()["detail"]
+        assert node.status()["round"] == 0
+        await node.resume()  # resume ends the snooze
+        await wait_for(lambda: node.status()["round"] >= 1)
+        await node.leave()
+
+    asyncio.run(main())
+    node.store.close()
