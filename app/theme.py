@@ -39,7 +39,7 @@ QLabel[role="cardName"] { color: #6b7280; border: none; }
 QLabel[role="hint"] { color: #6b7280; }
 QLabel[role="error"] { color: #b91c1c; }
 QPushButton#joinButton { font-size: 16px; font-weight: 600; color: white; border-radius: 8px;
-    padding: 10px 28px; background: #16a34a; border: none; min-width: 190px; }
+    padding: 10px 22px; background: #16a34a; border: none; min-width: 170px; }
 QPushButton#joinButton:hover { background: #15803d; }
 QPushButton#joinButton[leave="true"] { background: #b91c1c; }
 QPushButton#joinButton[leave="true"]:hover { background: #991b1b; }

@@ -15,12 +15,12 @@ from typing import Any
 from app.models.ring import Ring, Window
 from engine.events import EvalCompleted, RoundCompleted
 
-# series -> metric names that feed it, first present wins
+# series -> metric names that feed it, first present wins (engine/store.py ROUND_METRICS first)
 METRIC_KEYS: dict[str, tuple[str, ...]] = {
-    "reward": ("reward_mean", "reward", "train_reward"),
-    "zero_std": ("zero_std_fraction", "frac_zero_std", "zero_advantage_fraction"),
-    "completion_len": ("completion_tokens_mean", "completion_len_mean", "completion_length"),
-    "tokens_per_s": ("tokens_per_s", "generate_tokens_per_s", "tokens_per_second"),
+    "reward": ("reward_mean", "reward"),
+    "zero_std": ("frac_reward_zero_std", "zero_std_fraction"),
+    "completion_len": ("completion_len_mean", "completion_tokens_mean"),
+    "tokens_per_s": ("tokens_per_s", "tokens_per_second"),
     "cumulative": ("cumulative_reward",),
 }
 SCALAR_SERIES = ("reward", "reward_avg", "reward_lo", "reward_hi", "cumulative", "zero_std",

@@ -106,7 +106,7 @@ class DashboardView(QWidget):
         plot.setMenuEnabled(False)
         if legend:
             plot.addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6,
-                           brush=pg.mkBrush(255, 255, 255, 210), pen=pg.mkPen("#e5e7eb"))
+                           brush=pg.mkBrush(255, 255, 255, 170), pen=pg.mkPen("#e5e7eb"))
         return plot
 
     def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem) -> None:

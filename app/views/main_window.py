@@ -119,7 +119,7 @@ class MainWindow(QMainWindow):
         titles.addWidget(title)
         titles.addWidget(self.subtitle)
         row.addLayout(titles)
-        row.addSpacing(28)
+        row.addSpacing(16)
 
         state_box = QVBoxLayout()
         state_row = QHBoxLayout()
@@ -149,7 +149,7 @@ class MainWindow(QMainWindow):
             box.addWidget(label)
             self.stats[key] = value
             row.addLayout(box)
-            row.addSpacing(18)
+            row.addSpacing(8)
 
         self.pause_button = QPushButton("Pause after this round")
         self.pause_button.clicked.connect(self.pause_after_round)

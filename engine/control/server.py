@@ -136,8 +136,8 @@ class ControlServer:
         try:
             raw = await asyncio.wait_for(ws.recv(), self._auth_timeout_s)
         except TimeoutError:
-            await ws.close(CLOSE_POLICY, "authenticate first")
             self.refused += 1
+            await ws.close(CLOSE_POLICY, "authenticate first")
             return False
         request_id = None
         try:
@@ -148,11 +148,10 @@ class ControlServer:
             if not token_matches(request.params["token"], self._token):
                 raise ProtocolError(ErrorCode.UNAUTHORIZED, "wrong control token", request_id)
         except ProtocolError as exc:
-            code = ErrorCode.UNAUTHORIZED if exc.code != ErrorCode.UNAUTHORIZED else exc.code
-            await ws.send(encode_error(exc.request_id, code, f"not authenticated: {exc.message}"))
-            await ws.close(CLOSE_POLICY, "not authenticated")
             self.refused += 1
             log.warning("control connection refused: %s", exc.message)
+            await ws.send(encode_error(exc.request_id, ErrorCode.UNAUTHORIZED, f"not authenticated: {exc.message}"))
+            await ws.close(CLOSE_POLICY, "not authenticated")
             return False
         await ws.send(encode_result(request_id, {"protocol": PROTOCOL_VERSION, "server": "sapo-control"}))
         return True

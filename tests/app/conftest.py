@@ -21,11 +21,11 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).parent))  # for standin_node (tests/ is not a package)
 
-from standin_node import StandInNode  # noqa: E402
+from standin_node import StandInNode
 
-from engine.control.api import NodeControl  # noqa: E402
-from engine.control.server import ControlServer  # noqa: E402
-from engine.control.token import create_token, remove_control_info, write_control_info  # noqa: E402
+from engine.control.api import NodeControl
+from engine.control.server import ControlServer
+from engine.control.token import create_token, remove_control_info, write_control_info
 
 T = TypeVar("T")
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.bus import EventBus
-from engine.events import LogRecord, PeerUpdated, RolloutSeen, RoundCompleted, StateChanged
+from engine.events import EvalCompleted, LogRecord, PeerUpdated, RolloutSeen, RoundCompleted, StateChanged
 from engine.settings import ContributorSettings
 
 SPECIALTIES = ("base_conversion", "basic_arithmetic", "propositional_logic", "binary_matrix")
-PHASES = ("generate", "share", "collect", "score", "update")
+PHASES = ("generate", "score", "prepare", "update")
 PEERS = (("peerAAA", "amber-falcon", "mdns", "192.168.1.20:7070"),
          ("peerBBB", "quiet-heron", "bootstrap", "relay:wss://boot.example"),
          ("peerCCC", "brisk-otter", "mdns", "192.168.1.31:7070"))
@@ -41,8 +41,11 @@ class StandInNode:
         self.cumulative = 0.0
         self.rounds: list[RoundCompleted] = []
         self.rollouts: list[RolloutSeen] = []
+        self.evals: list[EvalCompleted] = []
         self._loop_task: asyncio.Task[None] | None = None
         self._round_done = asyncio.Event()
+        self.gate = asyncio.Event()  # a round completes only while this is set (tests clear it to hold one)
+        self.gate.set()
         self.calls: list[str] = []
 
     def _set_state(self, state: str, detail: str = "") -> None:
@@ -71,6 +74,7 @@ class StandInNode:
     async def _rounds(self) -> None:
         while self.state in ("in_swarm", "pausing", "leaving", "solo"):
             await asyncio.sleep(self.round_s)
+            await self.gate.wait()
             self._publish_round()
             self._round_done.set()
             if self.state == "pausing":
@@ -91,8 +95,8 @@ class StandInNode:
                          for s in self.rng.sample(SPECIALTIES, 3)}
         event = RoundCompleted(
             round=self.round, policy_version=self.policy_version,
-            metrics={"reward_mean": reward, "reward_std": 0.3, "zero_std_fraction": self.rng.uniform(0.2, 0.6),
-                     "completion_tokens_mean": self.rng.uniform(12, 30), "tokens_per_s": self.rng.uniform(900, 1500),
+            metrics={"reward_mean": reward, "reward_std": 0.3, "frac_reward_zero_std": self.rng.uniform(0.2, 0.6),
+                     "completion_len_mean": self.rng.uniform(12, 30), "tokens_per_s": self.rng.uniform(900, 1500),
                      "cumulative_reward": self.cumulative},
             per_specialty_reward=per_specialty,
             phase_seconds={p: self.rng.uniform(0.01, 0.3) for p in PHASES}, num_local=4, num_external=4)
@@ -107,6 +111,11 @@ class StandInNode:
         self.rollouts.append(seen)
         self.bus.publish(seen)
         self.bus.publish(LogRecord(level="info", message=f"round {self.round}: reward {reward:.3f}"))
+        if self.round % 10 == 0:
+            pass1 = 0.2 + 0.1 * (1 - math.exp(-self.round / 300))
+            self.evals.append(EvalCompleted(round=self.round, pass1=pass1, passk=min(1.0, 2.2 * pass1), k=8,
+                                            per_specialty={}))
+            self.bus.publish(self.evals[-1])
 
     async def wait_round(self) -> None:
         self._round_done.clear()
@@ -154,7 +163,7 @@ class StandInNode:
         return self.settings.to_dict()
 
     def history(self, limit: int = 2000) -> dict[str, Any]:
-        return {"rounds": [r.to_dict() for r in self.rounds[-limit:]], "evals": [],
+        return {"rounds": [r.to_dict() for r in self.rounds[-limit:]], "evals": [e.to_dict() for e in self.evals],
                 "rollouts": [r.to_dict() for r in self.rollouts[-limit:]], "peers": []}
 
     def machine(self) -> dict[str, Any]:
