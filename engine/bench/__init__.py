@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "round": "engine.bench.round",
     "fit": "engine.bench.fit",
     "learning": "engine.bench.learning",
+    "relay": "engine.bench.relay",
 }
 
 
