@@ -34,15 +34,14 @@ def pick_interfaces(addresses: Mapping[str, Sequence[str]], up: Mapping[str, boo
     configured: names or addresses to use as given (loopback and virtual included); None = auto:
     every interface that is up, not loopback, not virtual, with a routable (non link-local) address.
     """
+    chosen: list[str] = []
     if configured is not None:
-        chosen = []
         for item in configured:
             if item in addresses:
                 chosen.extend(addresses[item])
             elif _is_ipv4(item):
                 chosen.append(item)
         return list(dict.fromkeys(chosen))
-    chosen = []
     for name, addrs in sorted(addresses.items()):
         if not up.get(name, False) or name.startswith(VIRTUAL_PREFIXES):
             continue

@@ -164,9 +164,9 @@ class SwarmService:
                     self._peer_event(info)
         elif peer_id is not None and self._peer_links.get(peer_id) is link:
             del self._peer_links[peer_id]
-            info = self.table.link_closed(peer_id)
-            if info is not None:
-                self._peer_event(info)
+            closed = self.table.link_closed(peer_id)
+            if closed is not None:
+                self._peer_event(closed)
 
     async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
         for event in events:
@@ -310,6 +310,8 @@ class SwarmService:
 
     def _mdns_found(self, peer: MdnsPeer) -> None:
         known = peer.peer_id in self._mdns_peers
+        if not known and len(self._mdns_peers) >= self.config.max_connections:
+            return  # a LAN flooding us with announcements must not spawn unbounded dialers
         self._mdns_peers[peer.peer_id] = peer
         if not known and not self._stopping:
             self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))

@@ -35,6 +35,7 @@ from engine.swarm.wire import Hello
 Websocket = ClientConnection | ServerConnection
 EventHandler = Callable[["Link", list[ProtocolEvent]], Awaitable[None]]
 CLOSE_TIMEOUT_S = 2.0
+CLOSE_TOO_BIG = 1009  # websocket close code: message too big
 
 
 def ws_options(limits: ProtocolLimits, link: LinkConfig) -> dict[str, Any]:
@@ -170,6 +171,10 @@ class Link:
         except PayloadTooBig:
             self.close_reason = "peer sent a frame over max_size"
         except ConnectionClosed as exc:
+            if exc.sent is not None and exc.sent.code == CLOSE_TOO_BIG:
+                # websockets enforced max_size before our parser saw the frame: count it all the same.
+                self.conn.protocol.refuse("frame_too_large", self.peer_id or "")
+                self.close_reason = "peer sent a frame over max_size"
             self.close_reason = self.close_reason or _closed_reason(exc)
         finally:
             await self._shutdown(writer)

@@ -97,6 +97,7 @@ async def test_direct_peers_and_oversize_messages() -> None:
                 await asyncio.wait_for(ws.recv(), 5)  # hello arrives first, then the close
                 await asyncio.wait_for(ws.recv(), 5)
         assert a.peer_ids() == {b.identity.peer_id}
+        await wait_for(lambda: a.service.stats()["refusals"] == {"frame_too_large": 1}, what="counted")
     finally:
         await b.service.stop()
         await a.service.stop()
