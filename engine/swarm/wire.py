@@ -60,6 +60,8 @@ def canonical(obj: Any) -> bytes:
                           allow_nan=False).encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate smuggled in as a \ud800 escape
         raise ProtocolError("bad_utf8", "string holds a lone surrogate") from exc
+    except RecursionError as exc:  # parsed near the limit, re-encoded from a deeper stack
+        raise ProtocolError("bad_json", "nested too deeply") from exc
     except ValueError as exc:
         raise ProtocolError("non_finite", str(exc)) from exc
 
