@@ -207,6 +207,10 @@ class Node:
     def _publish_groups(self, groups: list[RolloutGroup]) -> None:
         if self._swarm is None or self._loop is None or not groups:
             return
+        # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
+        me = self._identity.peer_id
+        groups = [dataclasses.replace(g, provenance=dataclasses.replace(g.provenance, origin_peer=me))
+                  for g in groups]
         future = asyncio.run_coroutine_threadsafe(self._swarm.publish(groups), self._loop)
         future.add_done_callback(self._log_publish_failure)
 

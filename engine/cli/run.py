@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -28,6 +29,9 @@ def register(sub: Any) -> None:
     p.add_argument("--local", type=int, default=None, metavar="I", help="own questions per round")
     p.add_argument("--external", type=int, default=None, metavar="J", help="peers' groups per round")
     p.add_argument("--strategy", default=None, help="external groups: plain | positive-only | importance-weighted")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override any trainer setting (SapoConfig field; JSON value), e.g. --set lr=5e-5")
+    p.add_argument("--mix", default="rl", help="task mix preset: rl | seed-easy | paper")
     p.add_argument("--seed", type=int, default=0, help="this node's RNG seed")
     p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=None)
     p.add_argument("--control", action="store_true",
@@ -49,7 +53,7 @@ def parse_listen(text: str | None) -> tuple[str, int]:
 def build_config(args: argparse.Namespace) -> Any:
     from engine.node import NodeConfig
     from engine.paths import default_data_dir
-    from engine.sapo.config import preset
+    from engine.sapo.config import SapoConfig, preset
     from engine.swarm.config import SwarmConfig
 
     sapo = preset(args.preset)
@@ -64,11 +68,20 @@ def build_config(args: argparse.Namespace) -> Any:
         # in a swarm, half the round comes from peers by default (the paper's best: 4/4)
         half = max(1, sapo.num_local // 2)
         changes.update(num_local=sapo.num_local - half, num_external=half)
-    sapo = sapo.replace(**changes) if changes else sapo
+    for item in args.overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            changes[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            changes[key] = raw
+    sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
                         peer_urls=tuple(args.peer), mdns=not args.no_mdns)
-    return NodeConfig(data_dir=(args.data_dir or default_data_dir()).expanduser(), model=args.model, sapo=sapo,
+    return NodeConfig(data_dir=(args.data_dir or default_data_dir()).expanduser(), model=args.model,
+                      mix=args.mix, sapo=sapo,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device)
 
 

@@ -1,0 +1,75 @@
+"""Three real node processes and a real bootstrap on 127.0.0.1 share rollouts and train on them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from engine.models.policy import build_tiny_policy
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return json.loads(resp.read())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Path) -> None:
+    model = build_tiny_policy(tmp_path / "model")
+    port = free_port()
+    boot = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nodes: list[subprocess.Popen[bytes]] = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/status")
+        for i in range(3):
+            # A random tiny model solves nothing, so every group has zero advantage: turn the filter
+            # off here so that peers' groups are eligible (the filter has its own tests).
+            cmd = [sys.executable, "-m", "engine", "run", "--headless", "--model", str(model),
+                   "--data-dir", str(tmp_path / f"n{i}"), "--rounds", "30", "--bootstrap",
+                   f"ws://127.0.0.1:{port}", "--no-mdns", "--listen", "127.0.0.1:0", "--local", "2",
+                   "--external", "2", "--set", "filter_zero_advantage=false", "--set", "completions=4",
+                   "--set", "eval_every=0", "--seed", str(i)]
+            nodes.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        for proc in nodes:
+            _, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err.decode()[-3000:]
+        status = wait_http(f"http://127.0.0.1:{port}/status")
+        assert status["frames"]["relayed"] > 0 and not status["refusals"]
+    finally:
+        for proc in nodes + [boot]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    names = set()
+    for i in range(3):
+        db = sqlite3.connect(tmp_path / f"n{i}" / "node.db")
+        used = db.execute("SELECT COUNT(*) FROM rollouts WHERE status = 'used'").fetchone()[0]
+        peers = db.execute("SELECT name, received, used FROM peers").fetchall()
+        external = db.execute("SELECT SUM(num_external) FROM rounds").fetchone()[0]
+        db.close()
+        assert used > 0 and external > 0, f"node {i} never trained on a peer's group"
+        assert len(peers) == 2 and all(received > 0 for _, received, _ in peers)
+        names.update(name for name, _, _ in peers)
+    assert len(names) == 3  # each node saw the two others, by their derived names
