@@ -180,7 +180,9 @@ class SwarmService:
                     for info in self.table.relay_listing(link.address, entries, self.identity.peer_id):
                         self._peer_event(info)
             elif isinstance(event, p.ByeReceived):
-                if event.reason == p.BYE_DUPLICATE_IDENTITY:
+                # Only a configured bootstrap may tell us we are a copy: from any peer, this bye
+                # would let a stranger push us out of the swarm. Direct copies are caught by hello.
+                if event.reason == p.BYE_DUPLICATE_IDENTITY and self._relays.get(link.address) is link:
                     await self._duplicate(link.address, we_are_second=True)
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
@@ -192,6 +194,9 @@ class SwarmService:
     async def _hello(self, link: Link, event: p.HelloReceived) -> None:
         hello = event.hello
         if hello.role == "bootstrap":
+            if link.found_by != "bootstrap":  # relay privileges only for servers we chose to dial
+                await link.close("not a configured bootstrap")
+                return
             old = self._relays.get(link.address)
             self._relays[link.address] = link
             if old is not None and old is not link:

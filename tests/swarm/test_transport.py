@@ -146,3 +146,44 @@ def test_backoff_doubles_with_jitter_and_resets() -> None:
     assert backoff.next() == 0.5
     low, high = Backoff(1.0, 1.0, rng=lambda: 0.0), Backoff(1.0, 1.0, rng=lambda: 1.0)
     assert (low.next(), high.next()) == (0.8, pytest.approx(1.2))
+
+
+@async_test
+async def test_copied_identity_on_a_direct_link() -> None:
+    from engine.swarm.identity import Identity
+
+    first = Node(swarm_config())
+    await first.service.start()
+    await asyncio.sleep(0.05)  # the copy starts strictly later
+    copy = Node(swarm_config(peer_urls=(first.service.listen_url,)), identity=Identity(first.identity._key))
+    try:
+        await copy.service.start()
+        await wait_for(lambda: copy.service.duplicate_identity is not None, what="the copy told")
+        await asyncio.sleep(0.3)
+        assert first.service.duplicate_identity is None  # the first keeps running
+        warnings = [e.message for e in first.of_type("LogRecord") if e.level == "warning"]
+        assert any("a copy of this node's identity" in w for w in warnings)
+        assert copy.service.stats()["links"] == 0 and not first.peer_ids()
+    finally:
+        await copy.service.stop()
+        await first.service.stop()
+
+
+@async_test
+async def test_a_peer_cannot_claim_relay_powers() -> None:
+    from engine.swarm.identity import Identity
+    from engine.swarm.protocol import BYE_DUPLICATE_IDENTITY, SwarmProtocol
+    from engine.swarm.wire import Hello
+
+    node = Node(swarm_config())
+    await node.service.start()
+    try:
+        liar = SwarmProtocol(Identity.generate(), LIMITS)
+        async with connect(node.service.listen_url, compression=None) as ws:
+            hello = Hello(liar.identity.instance, "bootstrap", "", "", None).to_wire()
+            await ws.send(liar.encode("hello", hello), text=True)
+            await ws.send(liar.encode("bye", {"reason": BYE_DUPLICATE_IDENTITY}), text=True)
+            await asyncio.sleep(0.3)
+        assert node.service.duplicate_identity is None and node.service.stats()["bootstraps"] == []
+    finally:
+        await node.service.stop()
