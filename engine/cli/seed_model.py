@@ -21,6 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     tr.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: recipe)")
     tr.set_defaults(func=_train)
     add_eval_parser(sub)
+    cd = sub.add_parser("card", help="run the seed-easy and rl evals, write eval.json and MODEL_CARD.md")
+    cd.add_argument("--model", type=Path, default=SEED_MODEL_DIR, help="model directory")
+    cd.add_argument("--n", type=int, default=128, help="held-out questions per specialty")
+    cd.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    cd.set_defaults(func=_card)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -135,4 +140,17 @@ def _eval(args: argparse.Namespace) -> int:
         return 2
     result = run_eval(args.model, args.mix, args.n, args.k, args.heldout_seed, args.seed, args.threads)
     print(json.dumps(result, indent=1) if args.json else format_table(result))
+    return 0
+
+
+def _card(args: argparse.Namespace) -> int:
+    from engine.models.seed.card import write_card
+
+    if not (args.model / "recipe.json").is_file():
+        print(f"no trained seed model at {args.model}", file=sys.stderr)
+        return 2
+    evals = {mix: run_eval(args.model, mix, args.n, 8, 0, 0, args.threads) for mix in ("seed-easy", "rl")}
+    write_card(args.model, evals)
+    print(format_table(evals["seed-easy"]))
+    print(f"wrote {args.model / 'MODEL_CARD.md'} and eval.json")
     return 0

@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from engine.tasks.reference import MAX_INDEX, MAX_SEED, TaskRef, TaskRefError, _check_json_value, question_hash
+from engine.tasks.reference import (
+    MAX_INDEX,
+    MAX_SEED,
+    TaskRef,
+    TaskRefError,
+    _check_json_value,
+    question_hash,
+)
 from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN, SAFE_SCORERS, SPECIALTIES, compact_pair
 
 # Held-out judge sets live in their own dataset-seed space, disjoint from every training draw.
@@ -55,11 +62,11 @@ class SpecialtySpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
-            raise ValueError("weight must be a number")
+            raise ValueError("weight must be a number")  # noqa: TRY004 - config errors are ValueErrors
         if not math.isfinite(self.weight) or self.weight <= 0:
             raise ValueError(f"weight must be finite and > 0, got {self.weight}")
         if not isinstance(self.config, dict):
-            raise ValueError("config must be a dict")
+            raise ValueError("config must be a dict")  # noqa: TRY004 - config errors are ValueErrors
         if "seed" in self.config or "size" in self.config:
             raise ValueError("config must not set seed or size (the task reference carries them)")
         try:
@@ -82,7 +89,7 @@ class TaskMix:
             if name not in SPECIALTIES:
                 raise ValueError(f"unknown specialty {name!r}; known: {', '.join(SPECIALTIES)}")
             if not isinstance(spec, SpecialtySpec):
-                raise ValueError(f"{name}: expected a SpecialtySpec")
+                raise ValueError(f"{name}: expected a SpecialtySpec")  # noqa: TRY004
 
     def ref(self, specialty: str, dataset_seed: int, index: int) -> TaskRef:
         return TaskRef(specialty, dict(self.specialties[specialty].config), dataset_seed, index)

@@ -9,8 +9,9 @@ from scratch on two CPU cores. The question *hash* always covers RG's own text, 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable
+from typing import Any
 
 SPECIALTIES: tuple[str, ...] = (
     "base_conversion",

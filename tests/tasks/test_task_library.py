@@ -13,8 +13,23 @@ from pathlib import Path
 import pytest
 
 from engine.tasks import (
-    HELDOUT_SEED_BASE, PRESETS, SPECIALTIES, SpecialtySpec, TaskMix, TaskRef, TaskRefError, extract_answer,
-    format_reward, heldout, preset, question_hash, regenerate, render_prompt, reward, RewardConfig, verify,
+    HELDOUT_SEED_BASE,
+    PRESETS,
+    SPECIALTIES,
+    RewardConfig,
+    SpecialtySpec,
+    TaskMix,
+    TaskRef,
+    TaskRefError,
+    extract_answer,
+    format_reward,
+    heldout,
+    preset,
+    question_hash,
+    regenerate,
+    render_prompt,
+    reward,
+    verify,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from engine.models.seed.recipe import SeedRecipe
 from engine.tasks import TaskMix, demonstration, heldout, preset, regenerate, render_prompt
 
-
 DEDUPE_EXEMPT = ("binary_matrix", "propositional_logic")
 
 

@@ -40,7 +40,7 @@ class SeedRecipe:
     num_heads: int = 8  # attention heads (head_dim = hidden / heads)
     intermediate_size: int = 640  # SwiGLU width
     max_seq_len: int = 160  # longest prompt + completion kept (arc_1d/bf are ~60-70 tokens)
-    steps: int = 4000  # optimizer steps (fixed, not time-based, so the result is reproducible)
+    steps: int = 3200  # optimizer steps (fixed, not time-based, so the result is reproducible)
     batch_size: int = 64  # sequences per step
     lr: float = 2e-3  # AdamW peak learning rate
     warmup_steps: int = 200  # linear warm-up
