@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -20,7 +21,7 @@ from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
-from engine.sapo.records import RolloutGroup
+from engine.sapo.records import LOCAL_PEER, RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm.config import SwarmConfig
 from engine.swarm.errors import DuplicateIdentityError, TransportError
@@ -108,9 +109,19 @@ class SwarmService:
 
     # --- API for the node ---------------------------------------------------------------------------
     async def publish(self, groups: Sequence[RolloutGroup]) -> int:
-        """Sign and send groups to every open link (peers and bootstraps). Returns the link count."""
+        """Sign and send groups to every open link (peers and bootstraps). Returns the link count.
+
+        Groups must be this node's own: origin LOCAL_PEER (filled in with our peer id) or our id.
+        Receivers refuse any group whose origin is not the frame's signer.
+        """
         if not groups:
             return 0
+        own = self.identity.peer_id
+        if any(g.provenance.origin_peer not in (LOCAL_PEER, own) for g in groups):
+            raise ValueError("publish() sends this node's own groups only; peers' groups travel signed "
+                             "by their origin")
+        groups = [g if g.provenance.origin_peer == own else
+                  replace(g, provenance=replace(g.provenance, origin_peer=own)) for g in groups]
         frames = self.protocol.encode_rollouts(groups)
         links = [link for link in self._links if link.is_open]
         for frame in frames:

@@ -88,8 +88,17 @@ async def test_direct_peers_and_oversize_messages() -> None:
                        what="direct link")
         assert [p.found_by for p in b.service.peers()] == ["manual"]
         assert [p.found_by for p in a.service.peers()] == ["inbound"]
-        await b.service.publish(real_groups(b.identity.peer_id, 2))
+        from dataclasses import replace
+
+        from engine.sapo.records import LOCAL_PEER, Provenance
+
+        local = [replace(g, provenance=Provenance.local("seed", 1, 1)) for g in real_groups("x", 2)]
+        assert local[0].provenance.origin_peer == LOCAL_PEER
+        await b.service.publish(local)  # origin "local" goes out as b's signed peer id
         await wait_for(lambda: len(a.pool) == 2, what="groups over the direct link")
+        assert {g.provenance.origin_peer for g in a.pool.candidates()} == {b.identity.peer_id}
+        with pytest.raises(ValueError, match="own groups only"):
+            await b.service.publish(real_groups(a.identity.peer_id, 1))
         # A raw client sending a message over max_size gets disconnected (1009), the node lives on.
         async with connect(a.service.listen_url, compression=None, max_size=None) as ws:
             await ws.send("x" * (70 * 1024))
