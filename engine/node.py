@@ -226,6 +226,11 @@ class Node:
             trainer = self._build_trainer()
             done = 0
             while not self._stop_requested:
+                copy = self._swarm.duplicate_identity if self._swarm is not None else None
+                if copy is not None:  # another live node has our identity: it must not be both
+                    self.error = str(copy)
+                    self.bus.publish(LogRecord(level="error", message=self.error))
+                    break
                 if not self._may_run_now():
                     continue
                 self._set_state("in_swarm" if self._peer_count() else "solo")
