@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.tasks",
     "engine.cli.train",
     "engine.cli.bench",
+    "engine.cli.experiment",
 )
 
 
