@@ -116,6 +116,8 @@ class Node:
         self._stop_requested = False
         self._pause_requested = False
         self._set_state("joining")
+        self.error = None
+        await self._stop_swarm()  # a worker that ended on its own may have left its links open
         if not self.config.solo:
             await self._start_swarm()
         self._worker = threading.Thread(target=self._work, name="sapo-trainer", daemon=True)
@@ -230,6 +232,7 @@ class Node:
                 if copy is not None:  # another live node has our identity: it must not be both
                     self.error = str(copy)
                     self.bus.publish(LogRecord(level="error", message=self.error))
+                    self._set_state("stopped", self.error)
                     break
                 if not self._may_run_now():
                     continue
