@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
 
 APP_NAME = "sapo-swarm"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESOURCES_DIR = Path(os.environ.get("SAPO_RESOURCES", REPO_ROOT / "resources"))
+
+# A PyInstaller bundle unpacks its data next to the code, under sys._MEIPASS (packaging/sapo.spec).
+_BUNDLE_DIR = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) else None
+RESOURCES_DIR = Path(os.environ.get("SAPO_RESOURCES") or
+                     (Path(_BUNDLE_DIR) / "resources" if _BUNDLE_DIR else REPO_ROOT / "resources"))
 SEED_MODEL_DIR = RESOURCES_DIR / "models" / "seed"
 BENCH_DIR = REPO_ROOT / "bench"
 

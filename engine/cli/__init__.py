@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.train",
     "engine.cli.bench",
     "engine.cli.experiment",
+    "engine.cli.desktop",
 )
 
 
