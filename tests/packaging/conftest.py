@@ -1,0 +1,8 @@
+"""tests/ is not a package: make this folder's helper module importable."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
