@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test install lint bench clean
+.PHONY: run test install lint bench package clean
 
 # torch==2.13.0 goes in first: an unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): pyproject.toml Makefile
@@ -28,6 +28,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/sapo bench all
+
+# The desktop bundle (dist/sapo/, + a tarball on Linux) with PyInstaller; size and time in
+# dist/package-report.json. See docs/PACKAGING.md.
+package: $(STAMP)
+	$(PY) -m pip install -q -e '.[package]'
+	$(PY) packaging/build.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
