@@ -25,17 +25,25 @@ RUN_KEY = r"Software\Microsoft\Windows\CurrentVersion\Run"
 MAX_COMMAND_CHARS = 2048  # the Run key's value is limited to 260 chars for some tools; paths stay short
 
 
-def self_command(frozen: bool | None = None, executable: str | None = None) -> list[str]:
-    """How to run `sapo` from here: the bundle's own executable, or this interpreter with `-m engine`."""
+WINDOWS_GUI_EXE = "SAPO Swarm.exe"  # the bundle's windowed twin of sapo.exe (packaging/sapo.spec)
+
+
+def self_command(frozen: bool | None = None, executable: str | None = None,
+                 windowed: bool = False) -> list[str]:
+    """How to run `sapo` from here: the bundle's own executable, or this interpreter with `-m engine`.
+    `windowed`: on Windows prefer the bundle's windowed twin, so a login or a shortcut opens no console."""
     frozen = getattr(sys, "frozen", False) if frozen is None else frozen
     exe = executable or sys.executable
-    return [exe] if frozen else [exe, "-m", "engine"]
+    if not frozen:
+        return [exe, "-m", "engine"]
+    twin = Path(exe).with_name(WINDOWS_GUI_EXE)
+    return [str(twin)] if windowed and exe.lower().endswith(".exe") and twin.is_file() else [exe]
 
 
 def default_command() -> list[str]:
     """What a login starts: the engine, joined, serving the control API so the app can attach later
     (the app's window at every login would be a nuisance; BOINC and F@H start their client the same way)."""
-    return [*self_command(), "run", "--headless", "--control"]
+    return [*self_command(windowed=True), "run", "--headless", "--control"]
 
 
 def _check_command(command: Sequence[str]) -> list[str]:
@@ -167,7 +175,8 @@ class LinuxAutostart:
             return False
         keys = {line.split("=", 1)[0].strip(): line.split("=", 1)[1].strip()
                 for line in text.splitlines() if "=" in line}
-        return keys.get("Hidden", "false") != "true" and keys.get("X-GNOME-Autostart-enabled", "true") != "false"
+        hidden = keys.get("Hidden", "false") == "true"
+        return not hidden and keys.get("X-GNOME-Autostart-enabled", "true") != "false"
 
 
 class MacAutostart:

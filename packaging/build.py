@@ -57,7 +57,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     dist, work = ROOT / args.dist, ROOT / args.work
     free = shutil.disk_usage(ROOT).free
     if free < MIN_FREE_BYTES:
-        raise SystemExit(f"only {free / 1024**3:.1f} GiB free; a build needs {MIN_FREE_BYTES / 1024**3:.0f} GiB")
+        raise SystemExit(f"only {free / 1024**3:.1f} GiB free; a build needs "
+                         f"{MIN_FREE_BYTES / 1024**3:.0f} GiB")
     seed = ROOT / "resources" / "models" / "seed" / "config.json"
     if not seed.exists():
         print("warning: resources/models/seed has no model yet; the bundle will carry none", file=sys.stderr)

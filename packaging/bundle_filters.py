@@ -46,7 +46,8 @@ COMMON_PATTERNS = (
 )
 # A CPU build of torch brings no CUDA, yet bitsandbytes ships a library per CUDA / ROCm / XPU version.
 CPU_ONLY_PATTERNS = (
-    "bitsandbytes/libbitsandbytes_cuda*", "bitsandbytes/libbitsandbytes_rocm*", "bitsandbytes/libbitsandbytes_xpu*",
+    "bitsandbytes/libbitsandbytes_cuda*", "bitsandbytes/libbitsandbytes_rocm*",
+    "bitsandbytes/libbitsandbytes_xpu*",
     "nvidia/*", "triton/*", "*libcudart*", "*libcublas*", "*libcudnn*", "*libnccl*", "*libcusparse*",
     "*libcufft*", "*libcurand*", "*libcusolver*", "*libnvrtc*", "*libnvJitLink*",
 )

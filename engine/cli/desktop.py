@@ -112,9 +112,9 @@ def register(sub: Any) -> None:
     a.set_defaults(func=run_autostart)
 
 
-def _command(executable: str | None, *args: str) -> list[str]:
+def _command(executable: str | None, *args: str, windowed: bool = False) -> list[str]:
     if executable is None:
-        return [*autostart.self_command(), *args]
+        return [*autostart.self_command(windowed=windowed), *args]
     path = Path(executable).expanduser().resolve()
     if not path.is_file():
         raise SystemExit(f"--exec {executable}: no such file")
@@ -123,8 +123,8 @@ def _command(executable: str | None, *args: str) -> list[str]:
 
 def _linux_only(what: str) -> None:
     if sys.platform == "darwin" or sys.platform.startswith("win"):
-        raise SystemExit(f"sapo {what} is for Linux desktops; on macOS drag 'SAPO Swarm.app' to Applications, "
-                         "on Windows use the installer's shortcuts (docs/PACKAGING.md)")
+        raise SystemExit(f"sapo {what} is for Linux desktops; on macOS drag 'SAPO Swarm.app' to "
+                         "Applications, on Windows use the shortcuts of 'SAPO Swarm.exe' (docs/PACKAGING.md)")
 
 
 def run_install(args: argparse.Namespace) -> int:
@@ -135,7 +135,8 @@ def run_install(args: argparse.Namespace) -> int:
         print("warning: no icon files found; the entry will show a generic icon", file=sys.stderr)
     written = install(data_home, _command(args.executable, "gui"), icons)
     if args.autostart:
-        written.append(Path(autostart.enable(_command(args.executable, "run", "--headless", "--control"))))
+        login = _command(args.executable, "run", "--headless", "--control", windowed=True)
+        written.append(Path(autostart.enable(login)))
     problems = refresh_caches(data_home)
     if args.json:
         print(json.dumps({"written": [str(p) for p in written], "warnings": problems}, indent=1))
@@ -164,7 +165,7 @@ def run_uninstall(args: argparse.Namespace) -> int:
 
 def run_autostart(args: argparse.Namespace) -> int:
     if args.action == "on":
-        where = autostart.enable(_command(args.executable, "run", "--headless", "--control"))
+        where = autostart.enable(_command(args.executable, "run", "--headless", "--control", windowed=True))
         print(f"starts at login: {where}")
     elif args.action == "off":
         print("removed the login entry" if autostart.disable() else "no login entry was registered")

@@ -8,6 +8,7 @@ import plistlib
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,8 @@ def split_exec(value: str) -> list[str]:
     unescaped, i = "", 0
     while i < len(value):
         if value[i] == "\\" and i + 1 < len(value):
-            unescaped += {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}.get(value[i + 1], "\\" + value[i + 1])
+            escapes = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+            unescaped += escapes.get(value[i + 1], "\\" + value[i + 1])
             i += 2
         else:
             unescaped += value[i]
@@ -75,7 +77,7 @@ def test_commands_that_cannot_be_written_are_refused(bad: list[str]) -> None:
 
 def test_linux_autostart_in_a_temp_config_home(tmp_path: Path) -> None:
     env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-    where = dict(platform="linux", environ=env, home=tmp_path / "home")
+    where: dict[str, Any] = {"platform": "linux", "environ": env, "home": tmp_path / "home"}
     assert not autostart.is_enabled(**where)
     assert autostart.disable(**where) is False
     command = ["/opt/sapo swarm/sapo", "run", "--headless", "--control"]
@@ -107,7 +109,8 @@ def test_relative_xdg_config_home_is_ignored(tmp_path: Path) -> None:
 def test_entries_pass_desktop_file_validate(tmp_path: Path, as_autostart: bool) -> None:
     path = tmp_path / "sapo-swarm.desktop"
     path.write_text(autostart.desktop_entry(AWKWARD, autostart=as_autostart))
-    out = subprocess.run(["desktop-file-validate", str(path)], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["desktop-file-validate", str(path)], capture_output=True, text=True, timeout=30,
+                         check=False)
     assert out.returncode == 0 and "error" not in out.stdout.lower(), out.stdout + out.stderr
 
 
@@ -121,7 +124,7 @@ def test_launch_agent_plist_content() -> None:
 
 
 def test_mac_launch_agent_file_in_a_temp_home(tmp_path: Path) -> None:
-    where = dict(platform="darwin", home=tmp_path)
+    where: dict[str, Any] = {"platform": "darwin", "home": tmp_path}
     path = Path(autostart.enable(["/Applications/SAPO Swarm.app/Contents/MacOS/sapo", "run"], **where))
     assert path == tmp_path / "Library" / "LaunchAgents" / "org.sapo-swarm.engine.plist"
     assert plistlib.loads(path.read_bytes())["ProgramArguments"][1] == "run"
@@ -132,7 +135,8 @@ def test_mac_launch_agent_file_in_a_temp_home(tmp_path: Path) -> None:
 def test_windows_run_value_quotes_like_createprocess() -> None:
     value = autostart.windows_run_value([r"C:\Program Files\SAPO Swarm\sapo.exe", "run", "--headless",
                                          "--data-dir", r"C:\Users\A B\data\\"])
-    assert value == r'"C:\Program Files\SAPO Swarm\sapo.exe" run --headless --data-dir "C:\Users\A B\data\\\\"'
+    assert value == (r'"C:\Program Files\SAPO Swarm\sapo.exe" run --headless --data-dir '
+                     r'"C:\Users\A B\data\\\\"')
     assert autostart.RUN_KEY == r"Software\Microsoft\Windows\CurrentVersion\Run"
     assert isinstance(autostart.backend("win32"), autostart.WindowsAutostart)
 
@@ -141,3 +145,14 @@ def test_default_command_runs_the_engine_joined_with_the_control_api() -> None:
     assert autostart.self_command(frozen=True, executable="/b/sapo") == ["/b/sapo"]
     assert autostart.self_command(frozen=False, executable="/v/python") == ["/v/python", "-m", "engine"]
     assert autostart.default_command()[-3:] == ["run", "--headless", "--control"]
+
+
+def test_windows_login_uses_the_windowed_twin(tmp_path: Path) -> None:
+    """A console sapo.exe at every login would flash a terminal: the bundle's windowed twin runs instead."""
+    exe = tmp_path / "sapo.exe"
+    exe.write_bytes(b"MZ")
+    assert autostart.self_command(frozen=True, executable=str(exe), windowed=True) == [str(exe)]
+    (tmp_path / autostart.WINDOWS_GUI_EXE).write_bytes(b"MZ")
+    assert autostart.self_command(frozen=True, executable=str(exe), windowed=True) == [
+        str(tmp_path / autostart.WINDOWS_GUI_EXE)]
+    assert autostart.self_command(frozen=True, executable=str(exe)) == [str(exe)]  # the CLI stays a console

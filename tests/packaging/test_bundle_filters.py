@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from tests_packaging_helpers import load
 
 filters = load("bundle_filters")
@@ -80,7 +79,7 @@ def test_catalog_families_load_with_only_the_kept_transformers_models(tmp_path: 
     """In a fresh interpreter (so other tests' imports don't count): building, saving, loading and
     generating with Llama, Qwen2 and Qwen3 touches only the families the bundle keeps."""
     out = subprocess.run([sys.executable, "-c", LOAD_FAMILIES, str(tmp_path)], capture_output=True, text=True,
-                         timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+                         timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     used = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"llama", "qwen2", "qwen3"} <= used

@@ -45,7 +45,8 @@ def test_install_and_uninstall_desktop(xdg: tuple[Path, Path], capsys: pytest.Ca
     for size in PNG_SIZES:
         icon = data / "icons" / "hicolor" / f"{size}x{size}" / "apps" / "sapo-swarm.png"
         assert png_size(icon.read_bytes()) == (size, size)
-    assert (data / "icons" / "hicolor" / "scalable" / "apps" / "sapo-swarm.svg").read_text().startswith("<svg")
+    svg = data / "icons" / "hicolor" / "scalable" / "apps" / "sapo-swarm.svg"
+    assert svg.read_text().startswith("<svg")
 
     assert main(["autostart", "status"]) == 0
     assert capsys.readouterr().out.strip() == "on"
