@@ -74,7 +74,8 @@ def plot_heldout(arms: Sequence[dict[str, Any]], path: Path) -> None:
                                             "passk": float(e["passk"]), "malformed_rate": float(e["malformed_rate"])}
                            for e in items}
                     gen = [e["specialty"] for e in items if e["generated"] == "1"]
-                    value = measures.split_pass(per, gen)[f"pass1_{split}"]
+                    peer = [e["specialty"] for e in items if e["generated"] == "0"]
+                    value = measures.split_pass(per, gen, peer)[f"pass1_{split}"]
                     if not math.isnan(value):  # NaN: no specialty in this split
                         by_round.setdefault(round_no, []).append(value)
             xs = sorted(by_round)

@@ -95,12 +95,15 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
     rounds: list[dict[str, Any]] = []
     evals: list[dict[str, Any]] = []
     base = {"setting": cfg.setting, "label": cfg.label}
+    covered = set().union(*(a.generates for a in agents))
 
     def record_evals(round_no: int, reports: list[dict[str, dict[str, float]]]) -> None:
         for agent, per in zip(agents, reports):
             for name, s in sorted(per.items()):
+                # 1: the agent generates it; 0: only peers do; -1: nobody in this swarm does.
+                flag = 1 if name in agent.generates else (0 if name in covered else -1)
                 evals.append({**base, "seed": cfg.seed, "agent": agent.index, "round": round_no, "specialty": name,
-                              "generated": int(name in agent.generates), "n_questions": s["n_questions"],
+                              "generated": flag, "n_questions": s["n_questions"],
                               "pass1": s["pass1"], "passk": s["passk"], "malformed_rate": s["malformed_rate"]})
 
     seed_report = _seed_eval(agents[0], judge, cfg, model_dir, cache_dir or out_dir)
@@ -174,7 +177,8 @@ def arm_summary(cfg: ArmConfig, rounds: Sequence[dict[str, Any]], evals: Sequenc
             "generated": float(e["generated"])}
     out["evals"] = {}
     for round_no, per_agent in sorted(by_round.items()):
-        splits = [measures.split_pass(per, [s for s, v in per.items() if v["generated"]])
+        splits = [measures.split_pass(per, [s for s, v in per.items() if v["generated"] == 1],
+                                      [s for s, v in per.items() if v["generated"] == 0])
                   for per in per_agent.values()]
         out["evals"][str(round_no)] = {key: measures.mean_or([s[key] for s in splits if not math.isnan(s[key])],
                                                              float("nan"))

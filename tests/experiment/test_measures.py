@@ -65,3 +65,11 @@ def test_spread_and_paired_differences_use_common_seeds_only() -> None:
     assert d["n"] == 2
     assert d["mean"] == pytest.approx(0.0)
     assert measures.spread([])["n"] == 0
+
+
+def test_peer_only_split_leaves_out_what_no_peer_generates() -> None:
+    per = {name: {"n_questions": 1, "pass1": p, "passk": p, "malformed_rate": 0.0}
+           for name, p in (("a", 1.0), ("b", 0.5), ("c", 0.0))}
+    out = measures.split_pass(per, ["a"], ["b"])
+    assert out["pass1_peer"] == pytest.approx(0.5)
+    assert out["pass1_all"] == pytest.approx(0.5)

@@ -46,7 +46,8 @@ def test_one_arm_writes_rows_evals_and_counters(tmp_path: Path, tiny: Path) -> N
     # Heterogeneous: each agent is judged on all six specialties, two of which it generates.
     for agent in ("0", "1"):
         mine = [e for e in evals if e["agent"] == agent and e["round"] == "2"]
-        assert len(mine) == 6 and sum(int(e["generated"]) for e in mine) == 2
+        flags = sorted(int(e["generated"]) for e in mine)
+        assert flags == [-1, -1, 0, 0, 1, 1]  # 2 agents x 2 specialties: two nobody generates
     assert summary["swarm"]["groups_published"] == 16
     assert summary["swarm"]["pool:pooled"] == 8  # round 2's groups wait for a barrier that never comes
     assert json.loads((arm_dir / "arm.json").read_text())["config"] == cfg.to_dict()
@@ -68,7 +69,7 @@ def test_smoke_preset_through_the_cli(tmp_path: Path, tiny: Path) -> None:
     out = tmp_path / "out"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     proc = subprocess.run([sys.executable, "-m", "engine", "experiment", "--preset", "smoke", "--model",
-                           str(tiny), "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                           str(tiny), "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -83,6 +84,6 @@ def test_smoke_preset_through_the_cli(tmp_path: Path, tiny: Path) -> None:
     assert "| homogeneous | 8/0 |" in (out / "table.md").read_text()
     # A second run skips the finished arms (resumable presets).
     again = subprocess.run([sys.executable, "-m", "engine", "experiment", "--preset", "smoke", "--model",
-                            str(tiny), "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                            str(tiny), "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False,
                            timeout=120)
     assert again.returncode == 0 and "4 arm(s) already done" in again.stdout

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import pytest
-
 from engine.experiment.transport import InMemorySwarm, agent_identity
 from engine.node import make_rescorer
 from engine.sapo.records import Provenance, RolloutGroup
