@@ -126,6 +126,9 @@ def run_train(args: argparse.Namespace) -> int:
     trainer = Trainer.resume(model, tok, cfg, mix, store, ckpt_dir, args.seed, model_id=args.model.name)
     if trainer.round:
         print(f"resumed at round {trainer.round} (policy v{trainer.policy_version}) from {ckpt_dir}")
+        if trainer.config_changes:
+            print(f"note: config differs from the checkpoint's in {', '.join(trainer.config_changes)}",
+                  file=sys.stderr)
     try:
         with Progress(transient=True) as progress:
             task = progress.add_task("training", total=args.rounds)

@@ -19,7 +19,8 @@ from typing import Any
 from engine.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from engine.evaluation import EvalReport, evaluate
 from engine.events import EvalCompleted, Event, RoundCompleted
-from engine.models.generate import SampleConfig, eos_token_ids, generate
+from engine.models.backends import Generator, HFGenerator
+from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.sapo.rows import LocalGroup, external_rows, local_rows, rollout_metrics
@@ -57,7 +58,7 @@ class Trainer:
     def __init__(self, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,
                  checkpoint_dir: str | Path | None, seed: int, *, model_id: str = "seed",
                  reward_fn: Callable[[Any, str], float] | None = None,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None, generator: Generator | None = None) -> None:
         from engine.tasks import library
 
         self.model, self.tokenizer, self.cfg, self.mix = model, tokenizer, cfg, mix
@@ -67,6 +68,7 @@ class Trainer:
         self._lib = library
         self.reward_fn = reward_fn or (lambda q, c: library.score(q, c, partial_credit=cfg.partial_credit))
         self.on_event = on_event
+        self.generator = generator if generator is not None else HFGenerator()  # samples each round
         self.rng = random.Random(seed)
         self.round = 0
         self.policy_version = 0
@@ -85,6 +87,7 @@ class Trainer:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self._heldout: list[Any] | None = None
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
+        self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
 
     # -- the round --------------------------------------------------------------------------------
     def run_round(self, external: Sequence[RolloutGroup] = ()) -> RoundResult:
@@ -95,11 +98,13 @@ class Trainer:
         questions = [lib.regenerate(r) for r in refs]
         prompts = [lib.render_prompt(q, cfg.prompt_style) for q in questions]
         gen_seed = self.rng.getrandbits(62)
-        samples = generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling, seed=gen_seed)
+        gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
+        samples = self.generator.generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling,
+                                          seed=gen_seed)
         t_gen = time.perf_counter()
 
         local: list[LocalGroup] = []
-        prov = Provenance.local(self.model_id, self.policy_version, round_no)
+        prov = Provenance.local(self.model_id, gen_version, round_no)
         for q, prompt, comps in zip(questions, prompts, samples):
             group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
                                  provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
@@ -195,6 +200,9 @@ class Trainer:
         ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
         self.rng.setstate(ckpt.python_rng)
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
+        saved = ckpt.extra.get("config")
+        self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
+                                     if isinstance(saved, dict) and saved.get(k, v) != v)
 
     @classmethod
     def resume(cls, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,

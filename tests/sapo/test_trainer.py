@@ -60,6 +60,9 @@ def test_resume_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> 
     assert [p.name for p in list_checkpoints(tmp_path / "b" / "ckpt")] == ["ckpt-00000002"]
     resumed = _trainer(model_dir, tmp_path / "b", resume=True)
     assert (resumed.round, resumed.policy_version) == (2, first.policy_version - 2)
+    assert resumed.config_changes == []
+    changed = _trainer(model_dir, tmp_path / "b", dataclasses.replace(CFG, lr=5e-4), resume=True)
+    assert changed.config_changes == ["lr"]
     tail = [resumed.run_round() for _ in range(2)]
     assert head[:2] + [r.metrics["loss"] for r in tail] == losses
     for a, b in zip(tail, results[2:]):  # same questions, same samples
