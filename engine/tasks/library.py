@@ -181,8 +181,19 @@ def regenerate(ref: TaskRef) -> Question:
     return Question(ref=ref, text=str(entry["question"]), answer=entry["answer"], entry=entry)
 
 
-def verify(ref: TaskRef, qhash: str) -> Question | None:
-    """Regenerate and check the question hash; None when the hash differs or the ref is bad."""
+def _known_config(ref: TaskRef, mix: TaskMix | None) -> bool:
+    """A peer's generator settings are only run when a preset (or the node's own mix) uses them:
+    arbitrary settings could ask RG for million-digit numbers (a cheap denial of service)."""
+    mixes = [preset(name) for name in PRESETS] + ([mix] if mix is not None else [])
+    return any(ref.specialty in m.specialties and m.specialties[ref.specialty].config == ref.config
+               for m in mixes)
+
+
+def verify(ref: TaskRef, qhash: str, mix: TaskMix | None = None) -> Question | None:
+    """Regenerate and check the question hash; None when the hash differs or the ref is bad.
+    Only settings of a preset or of `mix` (the node's own) are accepted."""
+    if not isinstance(ref, TaskRef) or not _known_config(ref, mix):
+        return None
     try:
         question = regenerate(ref)
     except TaskRefError:

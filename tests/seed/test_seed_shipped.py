@@ -44,7 +44,7 @@ def test_loads_and_answers_offline_in_a_fresh_process() -> None:
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": "/nonexistent-hf-home"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
-                          timeout=120, check=False)
+                          timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "<answer>" in proc.stdout and "</answer>" in proc.stdout
 

@@ -87,6 +87,15 @@ def test_verify_accepts_only_the_matching_hash() -> None:
     assert verify(TaskRef("not_a_task", {}, 1, 1), q.hash) is None
     assert verify(TaskRef("basic_arithmetic", {"no_such_setting": 1}, 1, 1), q.hash) is None
     assert verify(TaskRef("basic_arithmetic", {"min_terms": 9, "max_terms": 2}, 1, 1), q.hash) is None
+    # Settings no preset uses are refused before anything runs (a peer could ask for huge numbers)...
+    huge = TaskRef("basic_arithmetic", {"min_digits": 10**6, "max_digits": 10**6}, 1, 1)
+    assert verify(huge, q.hash) is None
+    # ...unless they are the node's own mix.
+    own = TaskMix("own", {"basic_arithmetic": SpecialtySpec(1.0, {"min_digits": 3, "max_digits": 3})})
+    mine = regenerate(own.ref("basic_arithmetic", 1, 1))
+    assert verify(mine.ref, mine.hash) is None and verify(mine.ref, mine.hash, own) == mine
+    bad_cfg = TaskMix("bad", {"basic_arithmetic": SpecialtySpec(1.0, {"no_such_setting": 1})})
+    assert verify(bad_cfg.ref("basic_arithmetic", 1, 1), q.hash, bad_cfg) is None
     with pytest.raises(TaskRefError):
         regenerate(TaskRef("basic_arithmetic", {"no_such_setting": 1}, 1, 1))
     with pytest.raises(TaskRefError):
@@ -108,7 +117,7 @@ def test_regeneration_is_byte_identical_in_a_fresh_process() -> None:
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     proc = subprocess.run([sys.executable, "-c", code], input=json.dumps([r.to_dict() for r in refs]),
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=True)
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300, check=True)
     there = {k: tuple(v) for k, v in json.loads(proc.stdout).items()}  # bf's dots must not leak to stdout
     assert there == here
 
