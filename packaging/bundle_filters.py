@@ -12,19 +12,25 @@ from pathlib import Path
 from typing import Any
 
 # transformers' model families the catalog can load (seed = Llama-style; Qwen2.5 = qwen2; Qwen3),
-# plus what transformers itself imports at run time. The other ~550 families are ~100 MB of source.
-TRANSFORMERS_MODELS_KEPT = frozenset({"auto", "llama", "qwen2", "qwen3", "encoder_decoder", "timm_wrapper"})
+# plus what transformers itself imports at run time and peft imports (bloom). The other ~550 families
+# are ~100 MB of source.
+TRANSFORMERS_MODELS_KEPT = frozenset({"auto", "llama", "qwen2", "qwen3", "encoder_decoder", "timm_wrapper",
+                                      "bloom"})
 
 # Never imported by engine/ or app/: developer tools, notebooks, other GUI toolkits, TensorBoard.
+# (PySide6.QtTest stays: pyqtgraph imports it.) tests/packaging checks this list against real imports.
 ALWAYS_EXCLUDED_MODULES = (
     "tkinter", "_tkinter", "IPython", "jupyter_client", "ipykernel", "notebook",
     "pytest", "_pytest", "pytestqt", "pytest_timeout", "PyInstaller", "mypy", "ruff",
-    "torch.utils.tensorboard", "tensorboard", "torch.testing._internal",
+    "torch.utils.tensorboard", "tensorboard",
+    # Optional imports of transformers / huggingface_hub / reasoning_gym that the nine specialties and
+    # the engine never reach (checked: absent from sys.modules after a node run and the app's start).
+    "pandas", "pyarrow", "datasets", "xxhash",
     "matplotlib.backends.backend_tkagg", "matplotlib.backends.backend_webagg",
     "PySide6.QtWebEngineCore", "PySide6.QtWebEngineWidgets", "PySide6.QtWebEngineQuick",
     "PySide6.QtQuick", "PySide6.QtQml", "PySide6.QtQuickWidgets", "PySide6.QtPdf", "PySide6.QtPdfWidgets",
     "PySide6.QtMultimedia", "PySide6.QtDesigner", "PySide6.QtHelp", "PySide6.QtNetwork", "PySide6.QtSql",
-    "PySide6.QtTest", "PySide6.QtXml", "PySide6.QtConcurrent", "PySide6.QtDBus", "PySide6.QtUiTools",
+    "PySide6.QtXml", "PySide6.QtConcurrent", "PySide6.QtDBus", "PySide6.QtUiTools",
     "pyqtgraph.examples", "pyqtgraph.jupyter",
 )
 # Only a CUDA torch runs Triton kernels (torch.compile on GPU); the engine never compiles on CPU.
@@ -33,12 +39,14 @@ CPU_ONLY_EXCLUDED_MODULES = ("triton",)
 # Destination paths (relative to the bundle's _internal/) that are tests, headers, build tools or
 # GUI stacks the app does not use. Matched with fnmatch against '/'-separated names.
 COMMON_PATTERNS = (
-    "torch/include/*", "torch/test/*", "torch/bin/*", "torch/share/*", "torch/lib/*.lib",
+    "torch/include/*", "torch/test/*", "torch/share/*", "torch/lib/*.lib",
+    "torch/bin/test_*", "torch/bin/*Test", "torch/bin/protoc*", "torch/bin/*.pt*", "torch/bin/upgrader_models*",
     "torch/lib/libjitbackend_test*", "torch/lib/libtorchbind_test*", "torch/lib/libbackend_with_compiler*",
     "torch/lib/libaoti_custom_ops*", "torch/lib/*.pdb",
     "*.pyi", "*.h", "*.hpp", "*.cuh", "*.cmake",
     "PySide6/include/*", "PySide6/typesystems/*", "PySide6/glue/*", "PySide6/scripts/*",
-    "PySide6/Qt/translations/qtwebengine*", "PySide6/Qt/lib/libQt6WebEngine*", "PySide6/Qt/lib/libQt6Quick*",
+    "PySide6/Qt/translations/*",  # the app loads no QTranslator: its UI and Qt's dialogs are English
+    "PySide6/Qt/lib/libQt6WebEngine*", "PySide6/Qt/lib/libQt6Quick*",
     "PySide6/Qt/lib/libQt6Qml*", "PySide6/Qt/lib/libQt6Pdf*", "PySide6/Qt/lib/libQt63D*",
     "PySide6/Qt/lib/libQt6Designer*", "PySide6/Qt/resources/qtwebengine*",
     "PySide6/Qt/plugins/sqldrivers/*", "PySide6/Qt/plugins/qmltooling/*", "PySide6/Qt/plugins/multimedia/*",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests_packaging_helpers import load
+from tests_packaging_helpers import ROOT, load
 
 filters = load("bundle_filters")
 
@@ -20,6 +20,8 @@ filters = load("bundle_filters")
     ("torch/bin/protoc", False, True),
     ("torch/lib/libjitbackend_test.so", False, True),
     ("torch/lib/libtorch_cpu.so", False, False),
+    ("torch/bin/torch_shm_manager", False, False),  # `import torch` looks for it
+    ("torch/bin/FileStoreTest", False, True),
     ("torch/lib/libgomp.so.1", False, False),
     ("bitsandbytes/libbitsandbytes_cuda128.so", False, True),
     ("bitsandbytes/libbitsandbytes_cuda128.so", True, False),  # a CUDA build keeps its kernels
@@ -84,3 +86,30 @@ def test_catalog_families_load_with_only_the_kept_transformers_models(tmp_path: 
     used = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"llama", "qwen2", "qwen3"} <= used
     assert used <= filters.TRANSFORMERS_MODELS_KEPT, used - filters.TRANSFORMERS_MODELS_KEPT
+
+
+RUNTIME_IMPORTS = """
+import json, os, sys
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+import torch, transformers, reasoning_gym, peft, safetensors, tokenizers
+import engine.node, engine.doctor, engine.tasks, engine.swarm.transport, engine.swarm.mdns, engine.control.server
+import engine.cli.bootstrap, engine.cli.run, engine.cli.gui
+import app.main, app.views.main_window, pyqtgraph
+from engine import tasks
+for mix in tasks.PRESETS:  # every specialty builds and scores a question
+    for question in tasks.heldout(tasks.preset(mix), 1, 0):
+        tasks.score(question, "<answer>0</answer>")
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_nothing_the_engine_or_app_imports_is_excluded() -> None:
+    """`import torch` alone pulls torch.testing._internal: an exclusion list must be checked against
+    what the code really imports, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", RUNTIME_IMPORTS], capture_output=True, text=True, timeout=300,
+                         check=False, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    imported = json.loads(out.stdout.strip().splitlines()[-1])
+    excluded = filters.module_excludes(cuda=False)
+    hit = [m for m in imported for x in excluded if m == x or m.startswith(x + ".")]
+    assert not hit, hit
