@@ -15,6 +15,7 @@ BENCHES: dict[str, str] = {
     "fit": "engine.bench.fit",
     "learning": "engine.bench.learning",
     "relay": "engine.bench.relay",
+    "gui": "engine.bench.gui",
 }
 
 

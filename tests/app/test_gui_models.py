@@ -14,7 +14,7 @@ from app.models.feed import FeedModel
 from app.models.history import parse_history
 from app.models.node import NodeModel
 from app.models.peers import PeersModel
-from app.models.ring import Ring, Window
+from app.models.ring import Ring, Window, decimate
 from engine.events import EvalCompleted, PeerUpdated, RolloutSeen, RoundCompleted, StateChanged
 from engine.store import Store
 
@@ -152,3 +152,15 @@ def test_bad_history_rows_are_skipped_and_counted() -> None:
     assert parsed["rounds"][1].metrics == {}
     assert bad == 5
     assert parse_history(None)[1] == 1
+
+
+def test_decimate_keeps_extremes_and_the_newest_points() -> None:
+    x = np.arange(1000, dtype=float)
+    y = np.zeros(1000)
+    y[503], y[777] = 5.0, -3.0  # spikes must survive
+    dx, dy = decimate(x, y, 100)
+    assert len(dx) == len(dy) <= 100
+    assert dy.max() == 5.0 and dy.min() == -3.0
+    assert dx[-1] >= 980 and np.all(np.diff(dx) >= 0)
+    sx, _ = decimate(x[:50], y[:50], 100)  # small series pass through untouched
+    assert sx is not None and len(sx) == 50

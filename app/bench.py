@@ -1,0 +1,159 @@
+"""The GUI half of `sapo bench gui` (Qt lives in app/ only): the real app window attached to a real
+engine process that trains flat out, and a probe timer measuring how late the Qt event loop runs.
+
+Run as `python -m app.bench ENGINE_DATA_DIR SECONDS` by engine/bench/gui.py; prints one JSON line.
+The probe asks to fire every 5 ms; a stall is how much later than that it fired. The window cycles
+through its tabs meanwhile, so every view's refresh is in the measurement.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.bridge import EngineBridge
+from app.main import make_app
+from app.views.main_window import MainWindow
+from engine.control.token import read_control_info, read_token
+
+PROBE_MS = 5
+
+
+class StallProbe:
+    def __init__(self, context: Callable[[], str] = lambda: "") -> None:
+        self.clock = QElapsedTimer()
+        self.gaps_ms: list[float] = []
+        self.context = context  # what the app was showing, noted for each long stall
+        self.long_stalls: list[tuple[float, float, str]] = []  # (wall ms, Qt-thread CPU ms, tab)
+        self.busy_ms: list[float] = []  # CPU the Qt thread itself used between probe firings
+        self._last_cpu = 0
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(PROBE_MS)
+        self.timer.timeout.connect(self._fire)
+        self._last: int | None = None
+
+    def start(self) -> None:
+        self.clock.start()
+        self._last = None
+        self.timer.start()
+
+    def _fire(self) -> None:
+        now, cpu = self.clock.nsecsElapsed(), time.thread_time_ns()
+        if self._last is not None:
+            gap, busy = (now - self._last) / 1e6, (cpu - self._last_cpu) / 1e6
+            self.gaps_ms.append(gap)
+            self.busy_ms.append(busy)
+            if gap - PROBE_MS > 50:  # wall time beyond busy time is time spent waiting for a core
+                self.long_stalls.append((round(gap - PROBE_MS, 1), round(busy, 1), self.context()))
+        self._last, self._last_cpu = now, cpu
+
+    def summary(self) -> dict[str, float]:
+        stalls = sorted(max(0.0, gap - PROBE_MS) for gap in self.gaps_ms)
+        if not stalls:
+            return {"samples": 0}
+        return {"samples": len(stalls), "max_stall_ms": stalls[-1],
+                "p99_stall_ms": stalls[min(len(stalls) - 1, int(0.99 * len(stalls)))],
+                "p50_stall_ms": statistics.median(stalls),
+                "stalls_over_50ms": sum(s > 50 for s in stalls), "stalls_over_16ms": sum(s > 16 for s in stalls),
+                "max_busy_ms": max(self.busy_ms), "long_stalls": self.long_stalls[:50]}
+
+
+class GcTimer:
+    """Times the garbage collector's pauses (they run on whichever thread allocates: often Qt's)."""
+
+    def __init__(self) -> None:
+        self.pauses_ms: list[float] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses_ms.append((time.perf_counter() - self._start) * 1000)
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def _run_phase(app: QApplication, window: MainWindow, seconds: float, switch_tabs: bool) -> dict[str, Any]:
+    window.tabs.setCurrentWidget(window.dashboard)
+    probe = StallProbe(lambda: f"{window.tabs.tabText(window.tabs.currentIndex())} at "
+                               f"{probe.clock.elapsed() / 1000:.2f} s")
+    switcher = QTimer()
+    switcher.timeout.connect(lambda: window.tabs.setCurrentIndex((window.tabs.currentIndex() + 1)
+                                                                 % window.tabs.count()))
+    if switch_tabs:
+        switcher.start(1500)
+    probe.start()
+    QTimer.singleShot(int(seconds * 1000), app.quit)
+    app.exec()
+    probe.timer.stop()
+    switcher.stop()
+    return probe.summary()
+
+
+def measure(data_dir: Path, seconds: float) -> dict[str, Any]:
+    app: QApplication = make_app()
+    info = read_control_info(data_dir)
+    if info is None:
+        raise SystemExit(f"no engine serving {data_dir}")
+    engine = psutil.Process(info.pid)
+    bridge = EngineBridge(info.url, lambda: read_token(data_dir))
+    window = MainWindow(bridge, use_tray=False)
+    tick_ms: list[float] = []
+    plain_tick = window.tick
+
+    def timed_tick() -> None:
+        started = time.perf_counter()
+        plain_tick()
+        tick_ms.append((time.perf_counter() - started) * 1000)
+    window.timer.timeout.disconnect()
+    window.timer.timeout.connect(timed_tick)
+    bridge.start()
+    window.show()
+    deadline = time.monotonic() + 120
+    while not window.model.node.connected and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.01)
+    if not window.model.node.connected:
+        raise SystemExit("the app could not connect to the engine")
+    window.toggle_join()
+    while window.model.node.state not in ("solo", "in_swarm") and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.01)
+    rounds_before = window.model.node.round
+    engine.cpu_percent()
+    gui = psutil.Process()
+    gui.cpu_percent()
+    gc_timer = GcTimer()
+    # Phase 1: a contributor watching the dashboard. Phase 2: clicking through every tab.
+    watching = _run_phase(app, window, seconds / 2, switch_tabs=False)
+    switching = _run_phase(app, window, seconds / 2, switch_tabs=True)
+    gc_timer.close()
+    result = {"seconds": seconds, "watching": watching, "switching_tabs": switching,
+              "ticks": len(tick_ms), "tick_max_ms": max(tick_ms, default=0.0),
+              "tick_mean_ms": statistics.fmean(tick_ms) if tick_ms else 0.0,
+              "rounds_during": window.model.node.round - rounds_before,
+              "engine_cpu_percent": engine.cpu_percent(), "gui_cpu_percent": gui.cpu_percent(),
+              "engine_nice": engine.nice(), "gc_max_pause_ms": max(gc_timer.pauses_ms, default=0.0),
+              "cpu_count": psutil.cpu_count(), "engine_state": window.model.node.state,
+              "model": window.model.node.model}
+    window.model.settings["keep_running_on_close"] = True  # the bench stops the engine itself
+    window.shutdown()
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(Path(sys.argv[1]), float(sys.argv[2]))))
