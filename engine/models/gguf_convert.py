@@ -1,0 +1,375 @@
+"""GGUF files for llama.cpp generation: the vendor converter, fast weight refresh, LoRA adapters.
+
+1. llama.cpp's HF -> GGUF converter ships only inside the llama-cpp-python *sdist*. `ensure_converter`
+   fetches that sdist once with pip (pip's cache makes later fetches instant), extracts just the
+   converter files into the user's cache dir, keyed by the installed llama-cpp-python version (the
+   converter must match the compiled llama.cpp). Nothing of it is committed to this repository.
+   `convert_hf_to_gguf` runs it in a subprocess: it imports its own `gguf` package, which must not
+   shadow the one transformers uses in this process.
+2. `derive_plan` learns which policy parameter each GGUF tensor holds and how it was rearranged (the
+   converter permutes the rows of Llama q/k projections into GGML's interleaved rotary layout), by
+   checking the file against the very weights it was made from. Nothing is assumed: a tensor that
+   no candidate reproduces makes the plan fail, and callers fall back to the converter.
+3. With a plan, `refresh_weights` rewrites a GGUF from updated weights in milliseconds (full
+   fine-tuning), and `write_lora_adapter` writes a PEFT LoRA adapter as a llama.cpp adapter GGUF
+   (hot-swapped into a running context).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CONVERTER_TIMEOUT_S = 1800  # a 0.5B model converts in about a minute; this only catches a hang
+SDIST_ENV = "SAPO_LLAMACPP_SDIST"  # a local llama-cpp-python sdist (.tar.gz) to take the converter from
+_VENDOR = "vendor/llama.cpp/"
+_KEEP_FILES = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py")
+_KEEP_DIRS = ("conversion/", "gguf-py/gguf/")
+_MAX_MEMBER_BYTES = 16 * 1024 * 1024  # converter sources are < 1 MB each; anything bigger is not ours
+OUTTYPES = ("f32", "f16", "q8_0")
+
+# Run as `python -c LAUNCHER <converter dir> <pre-tokenizer fallback> <converter args...>`.
+# A byte-level BPE trained by this project has no entry in the converter's table of known
+# pre-tokenizers; llama.cpp's "gpt-2" pre-tokenizer is the byte-level one, so it is declared as such.
+LAUNCHER = """
+import sys
+root, fallback = sys.argv[1], sys.argv[2]
+sys.path[0:0] = [root, root + '/gguf-py']
+import convert_hf_to_gguf as vendor
+from conversion import base
+if fallback:
+    original = base.TextModel.get_vocab_base_pre
+    def get_vocab_base_pre(self, tokenizer):
+        try:
+            return original(self, tokenizer)
+        except NotImplementedError:
+            return fallback
+    base.TextModel.get_vocab_base_pre = get_vocab_base_pre
+sys.argv = ['convert_hf_to_gguf.py'] + sys.argv[3:]
+vendor.main()
+"""
+
+
+class GgufError(RuntimeError):
+    """Conversion or plan failure, with what to try in the message."""
+
+
+def llamacpp_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-cpp-python")
+    except PackageNotFoundError as exc:
+        raise GgufError("llama-cpp-python is not installed: `pip install llama-cpp-python==0.3.36` "
+                        "(it compiles llama.cpp, a few minutes)") from exc
+
+
+def default_cache_dir() -> Path:
+    import platformdirs
+
+    from engine.paths import APP_NAME
+
+    return Path(os.environ.get("SAPO_CACHE_DIR") or platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def _member_target(name: str) -> str | None:
+    """The path inside the converter dir for an sdist member, or None to skip it."""
+    parts = name.split("/", 1)
+    if len(parts) != 2 or not parts[1].startswith(_VENDOR):
+        return None
+    rel = parts[1][len(_VENDOR):]
+    if ".." in rel.split("/") or rel.startswith("/") or "\\" in rel:
+        return None
+    if rel in _KEEP_FILES or any(rel.startswith(d) for d in _KEEP_DIRS):
+        return rel
+    return None
+
+
+def extract_converter(sdist: Path, dest: Path) -> Path:
+    """Copy the converter's files out of an sdist into `dest` (regular files only, no traversal)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".extract-", dir=dest.parent))
+    try:
+        count = 0
+        with tarfile.open(sdist, "r:gz") as tar:
+            for member in tar:
+                target = _member_target(member.name)
+                if target is None or not member.isfile() or member.size > _MAX_MEMBER_BYTES:
+                    continue
+                src = tar.extractfile(member)
+                if src is None:
+                    continue
+                path = tmp / target
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(src.read())
+                count += 1
+        if not (tmp / "convert_hf_to_gguf.py").is_file() or not (tmp / "conversion" / "__init__.py").is_file():
+            raise GgufError(f"{sdist} holds no llama.cpp converter (vendor/llama.cpp/convert_hf_to_gguf.py)")
+        (tmp / ".complete").write_text(json.dumps({"sdist": sdist.name, "files": count}))
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return dest
+
+
+def ensure_converter(cache_dir: Path | None = None, *, sdist: Path | None = None) -> Path:
+    """The converter directory for the installed llama-cpp-python, fetching it on first use."""
+    version = llamacpp_version()
+    root = (cache_dir or default_cache_dir()) / "llama.cpp-convert"
+    dest = root / version
+    if (dest / ".complete").is_file():
+        return dest
+    root.mkdir(parents=True, exist_ok=True)
+    local = sdist or (Path(os.environ[SDIST_ENV]) if os.environ.get(SDIST_ENV) else None)
+    if local is not None:
+        return extract_converter(local, dest)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-q",
+               f"llama-cpp-python=={version}", "-d", tmp]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=CONVERTER_TIMEOUT_S)
+        found = sorted(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
+        if proc.returncode != 0 or not found:
+            raise GgufError(f"could not fetch the llama-cpp-python {version} sdist for its GGUF converter "
+                            f"({proc.stderr.strip()[-400:]}); download it yourself and set {SDIST_ENV}")
+        return extract_converter(found[0], dest)
+
+
+def is_byte_level_bpe(model_dir: Path) -> bool:
+    """Whether tokenizer.json is a byte-level BPE (then GGML's GPT-2 pre-tokenizer is the right one)."""
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return False
+    data = json.loads(path.read_text(encoding="utf-8"))
+
+    def has_byte_level(node: Any) -> bool:
+        if isinstance(node, dict):
+            return node.get("type") == "ByteLevel" or any(has_byte_level(v) for v in node.values())
+        if isinstance(node, list):
+            return any(has_byte_level(v) for v in node)
+        return False
+
+    return data.get("model", {}).get("type") == "BPE" and has_byte_level(data.get("pre_tokenizer"))
+
+
+def convert_hf_to_gguf(model_dir: Path, out: Path, *, outtype: str = "f32", converter: Path | None = None,
+                       timeout_s: float = CONVERTER_TIMEOUT_S) -> Path:
+    """A transformers model directory -> one GGUF file at `out` (written atomically)."""
+    if outtype not in OUTTYPES:
+        raise ValueError(f"outtype must be one of {OUTTYPES}, got {outtype!r}")
+    converter = converter or ensure_converter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    fallback = "gpt-2" if is_byte_level_bpe(model_dir) else ""
+    cmd = [sys.executable, "-c", LAUNCHER, str(converter), fallback, str(model_dir), "--outfile", str(tmp),
+           "--outtype", outtype]
+    env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"} | {"HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s, env=env)
+    if proc.returncode != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        raise GgufError(f"GGUF conversion of {model_dir} failed: {proc.stderr.strip()[-800:]}")
+    tmp.replace(out)
+    return out
+
+
+# ---- tensor plans -------------------------------------------------------------------------------
+
+def rope_permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """Rows of a q/k projection (or its bias, or a LoRA B) from HF's half-split rotary layout to
+    GGML's interleaved one: w [out, ...] with out = heads * head_dim -> same shape."""
+    out = w.shape[0]
+    if heads < 1 or out % (2 * heads):
+        raise ValueError(f"{out} rows do not split into {heads} heads of even size")
+    return w.reshape(heads, 2, out // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One GGUF tensor and the policy parameter it holds."""
+
+    gguf_name: str  # e.g. "blk.0.attn_q.weight"
+    hf_name: str  # e.g. "model.layers.0.self_attn.q_proj.weight"
+    rope_heads: int  # 0: stored as is; n: rows rope-permuted with n heads
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    arch: str  # general.architecture of the GGUF, e.g. "llama", "qwen2"
+    entries: tuple[TensorEntry, ...]
+
+    def by_hf_name(self) -> dict[str, TensorEntry]:
+        return {e.hf_name: e for e in self.entries}
+
+
+def base_param_name(name: str) -> str:
+    """A (possibly peft-wrapped) parameter name -> the plain transformers name."""
+    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+
+
+def _field(reader: Any, key: str) -> Any:
+    f = reader.fields.get(key)
+    return None if f is None else f.contents()
+
+
+def _as_float(t: Any) -> np.ndarray:
+    """A GGUF tensor's values as float32 in torch layout [rows, cols] (dequantized if need be)."""
+    from gguf import GGMLQuantizationType, quants
+
+    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        return np.asarray(t.data, dtype=np.float32).reshape(tuple(reversed([int(x) for x in t.shape])))
+    return quants.dequantize(np.asarray(t.data), t.tensor_type).astype(np.float32).reshape(
+        tuple(reversed([int(x) for x in t.shape])))
+
+
+def derive_plan(gguf_path: Path, weights: Mapping[str, Any]) -> TensorPlan:
+    """Match every GGUF tensor to the weight it was made from (see the module docstring).
+
+    `weights`: name -> tensor/array of the policy the file was converted from (peft names allowed;
+    LoRA parameters are ignored). Raises GgufError when a tensor matches no weight closely enough.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_path))
+    arch = str(_field(reader, "general.architecture"))
+    blocks = int(_field(reader, f"{arch}.block_count"))
+    heads = int(_field(reader, f"{arch}.attention.head_count"))
+    kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv") or heads)
+    arch_ids = {name: key for key, name in gguf.MODEL_ARCH_NAMES.items()}
+    if arch not in arch_ids:
+        raise GgufError(f"unknown GGUF architecture {arch!r}")
+    names = gguf.get_tensor_name_map(arch_ids[arch], blocks)
+    plain = {base_param_name(k): v for k, v in weights.items() if "lora_" not in k}
+    by_gguf: dict[str, str] = {}
+    for hf_name in plain:
+        g = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if g is not None:
+            by_gguf.setdefault(g, hf_name)
+    entries = []
+    for t in reader.tensors:
+        hf_name = by_gguf.get(t.name)
+        if hf_name is None:
+            if t.name == "output.weight" and "model.embed_tokens.weight" in plain:
+                hf_name = "model.embed_tokens.weight"  # tied head written out by the converter
+            else:
+                continue  # derived constants (e.g. rope_freqs) stay as the file has them
+        entries.append(TensorEntry(t.name, hf_name, _match_layout(t, _numpy(plain[hf_name]), heads, kv_heads)))
+    return TensorPlan(arch, tuple(entries))
+
+
+def _numpy(w: Any) -> np.ndarray:
+    if hasattr(w, "detach"):
+        return w.detach().float().cpu().numpy()
+    return np.asarray(w, dtype=np.float32)
+
+
+def _match_layout(t: Any, w: np.ndarray, heads: int, kv_heads: int) -> int:
+    """0 when the GGUF tensor is `w` as is, n when it is `w` rope-permuted with n heads."""
+    from gguf import GGMLQuantizationType
+
+    stored = _as_float(t)
+    if stored.shape != w.shape:
+        raise GgufError(f"{t.name}: GGUF shape {stored.shape} != weight shape {w.shape}")
+    exact = t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
+    scale = float(np.abs(w).max()) or 1.0
+    tolerance = (1e-3 if exact else 0.1) * scale  # f16 rounding; a quantization step of a 4-bit block
+    errors: dict[int, float] = {}
+    for option in sorted({0, heads, kv_heads}):
+        try:
+            candidate = w if option == 0 else rope_permute(w, option)
+        except ValueError:
+            continue
+        errors[option] = float(np.abs(candidate - stored).max())
+    best = min(errors, key=lambda k: errors[k])
+    if errors[best] > tolerance:
+        raise GgufError(f"{t.name}: no layout of the weights matches the file (error {errors[best]:.3g})")
+    return best
+
+
+def _encode(w: np.ndarray, qtype: Any) -> np.ndarray:
+    from gguf import GGMLQuantizationType, quants
+
+    if qtype == GGMLQuantizationType.F32:
+        return np.ascontiguousarray(w, dtype=np.float32).view(np.uint8).ravel()
+    if qtype == GGMLQuantizationType.F16:
+        return np.ascontiguousarray(w, dtype=np.float16).view(np.uint8).ravel()
+    return np.ascontiguousarray(quants.quantize(w, qtype)).view(np.uint8).ravel()
+
+
+def refresh_weights(template: Path, plan: TensorPlan, weights: Mapping[str, Any], out: Path) -> Path:
+    """Write `out`: `template` with every planned tensor replaced by the new weights (same types)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(template))
+    info = {t.name: t for t in reader.tensors}
+    plain = {base_param_name(k): v for k, v in weights.items() if "lora_" not in k}
+    tmp = out.with_name(out.name + ".part")
+    shutil.copyfile(template, tmp)
+    try:
+        data = np.memmap(tmp, dtype=np.uint8, mode="r+")
+        for e in plan.entries:
+            t = info[e.gguf_name]
+            w = _numpy(plain[e.hf_name])
+            if e.rope_heads:
+                w = rope_permute(w, e.rope_heads)
+            blob = _encode(w, t.tensor_type)
+            if blob.size != int(t.n_bytes):
+                raise GgufError(f"{e.gguf_name}: {blob.size} bytes for a {int(t.n_bytes)}-byte slot")
+            data[int(t.data_offset):int(t.data_offset) + blob.size] = blob
+        data.flush()
+        del data
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def lora_pairs(model: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A peft model's LoRA factors by base weight name: {hf weight: (A [r, in], B [out, r])}."""
+    pairs: dict[str, dict[str, np.ndarray]] = {}
+    for name, p in model.named_parameters():
+        for tag in ("lora_A", "lora_B"):
+            marker = f".{tag}."
+            if marker in name:
+                base = base_param_name(name.split(marker)[0] + ".weight")
+                pairs.setdefault(base, {})[tag] = _numpy(p)
+    return {k: (v["lora_A"], v["lora_B"]) for k, v in pairs.items() if len(v) == 2}
+
+
+def write_lora_adapter(plan: TensorPlan, pairs: Mapping[str, tuple[np.ndarray, np.ndarray]], alpha: float,
+                       out: Path) -> Path:
+    """A llama.cpp LoRA adapter GGUF (f32) for the model the plan describes; llama.cpp scales it by
+    alpha / r like peft does."""
+    import gguf
+
+    by_hf = plan.by_hf_name()
+    tmp = out.with_name(out.name + ".part")
+    writer = gguf.GGUFWriter(str(tmp), plan.arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(alpha))
+    for hf_name, (a, b) in sorted(pairs.items()):
+        entry = by_hf.get(hf_name)
+        if entry is None:
+            raise GgufError(f"LoRA on {hf_name}, which the GGUF does not hold")
+        if entry.rope_heads:
+            b = rope_permute(b, entry.rope_heads)  # (P W) = (P B) A: only B's rows move
+        writer.add_tensor(entry.gguf_name + ".lora_a", np.ascontiguousarray(a, dtype=np.float32))
+        writer.add_tensor(entry.gguf_name + ".lora_b", np.ascontiguousarray(b, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(out)
+    return out

@@ -1,0 +1,365 @@
+"""llama.cpp generation for a torch-trained policy: same call shape and sampling as `generate.generate`.
+
+What runs where: prompts are tokenized by the policy's own (transformers) tokenizer and fed to
+llama.cpp as token ids, so the completions' token ids are exactly what the torch loss trains on;
+llama.cpp only produces logits. Sampling happens here in numpy with the semantics of
+`engine.models.generate` (true temperature, optional top-k / top-p, log-probs of the tempered,
+untruncated policy). Every prompt is prefilled once and its KV cells shared by its n samples
+(`llama_memory_seq_cp` on a unified cache); all live rows advance in one `llama_decode` per step.
+
+Keeping llama.cpp in step with the torch policy (`LlamaCppGenerator.sync`):
+  * LoRA policies: the adapter is written as a llama.cpp LoRA GGUF and hot-swapped every update.
+  * fully fine-tuned policies (the seed model): the GGUF's tensors are rewritten from the torch
+    weights (milliseconds for the seed) every `sync_every` policy versions and the model reloaded.
+The policy version of the weights that generated a round is what `sync` returns; the trainer stamps
+it into the rollouts' provenance. Log-probs for the loss are always recomputed by the torch policy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.models.generate import MAX_BATCH_ROWS, Completion, SampleConfig, encode_prompts, eos_token_ids
+
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: rows (prompts x n) in one call
+KV_TYPES = {"f32": 0, "f16": 1}  # GGML_TYPE_F32 / GGML_TYPE_F16
+
+
+# ---- sampling (pure numpy, mirrors engine.models.generate) ----------------------------------------
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """x [B, V] -> log-softmax over V, in float64 (log-probs feed sums over many tokens)."""
+    x = x.astype(np.float64, copy=False)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def filter_logits_np(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
+    """Logits [B, V] with everything outside top-k and the top-p nucleus set to -inf (the most likely
+    token always stays). Same rule as generate.filter_logits."""
+    out = logits.astype(np.float64, copy=True)
+    if 0 < top_k < out.shape[-1]:
+        kth = np.partition(out, -top_k, axis=-1)[:, -top_k][:, None]  # [B, 1]
+        out[out < kth] = -np.inf
+    if top_p < 1.0:
+        order = np.argsort(-out, axis=-1, kind="stable")  # [B, V] most likely first
+        sorted_logits = np.take_along_axis(out, order, axis=-1)
+        probs = np.exp(log_softmax(sorted_logits))
+        mass_before = np.cumsum(probs, axis=-1) - probs  # [B, V] mass of strictly more likely tokens
+        drop = np.zeros_like(out, dtype=bool)
+        np.put_along_axis(drop, order, mass_before >= top_p, axis=-1)
+        out[drop] = -np.inf
+    return out
+
+
+def sample_rows(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One step for B rows: logits [B, V] -> (token [B] int64, logprob [B] float64).
+
+    logprob is log_softmax(logits / T)[token] over the full vocabulary (greedy: T = 1), i.e. the
+    convention of `Completion.logprobs`.
+    """
+    if cfg.temperature == 0.0:
+        logp = log_softmax(logits)
+        token = logits.argmax(axis=-1)
+    else:
+        scaled = logits.astype(np.float64) / cfg.temperature
+        logp = log_softmax(scaled)  # [B, V] the tempered policy, untruncated
+        kept = filter_logits_np(scaled, cfg.top_k, cfg.top_p) if (cfg.top_k or cfg.top_p < 1.0) else scaled
+        probs = np.exp(log_softmax(kept))  # [B, V], exactly 0 outside the kept set
+        cdf = np.cumsum(probs, axis=-1)  # [B, V]
+        u = rng.random((logits.shape[0], 1)) * cdf[:, -1:]  # [B, 1]
+        token = np.minimum((cdf <= u).sum(axis=-1), logits.shape[-1] - 1)  # first index with cdf > u
+    return token.astype(np.int64), np.take_along_axis(logp, token[:, None], axis=-1)[:, 0]
+
+
+# ---- the llama.cpp runtime (thin ctypes glue) -------------------------------------------------------
+
+def _lib() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise RuntimeError("the llama.cpp backend needs llama-cpp-python: `pip install llama-cpp-python==0.3.36` "
+                           "(compiles llama.cpp; a few minutes)") from exc
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # its C log goes through this logger
+    return llama_cpp
+
+
+class LlamaCppRuntime:
+    """One GGUF model in llama.cpp with a context grown on demand. Not thread-safe: one caller."""
+
+    def __init__(self, gguf_path: Path, *, threads: int, kv_type: str = "f16", gpu_layers: int = 0) -> None:
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        self.lib = _lib()
+        self.lib.llama_backend_init()
+        self.threads, self.kv_type, self.gpu_layers = max(1, threads), kv_type, gpu_layers
+        self.model: Any = None
+        self.ctx: Any = None
+        self.adapter: Any = None
+        self._ctx_size = (0, 0)  # (n_ctx, n_seq_max) of the live context
+        self.load(gguf_path)
+
+    def load(self, gguf_path: Path) -> None:
+        """(Re)load the model weights; the context and any adapter are dropped."""
+        self._free_context()
+        self.set_adapter(None)
+        if self.model is not None:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+        params = self.lib.llama_model_default_params()
+        params.n_gpu_layers = self.gpu_layers
+        model = self.lib.llama_model_load_from_file(str(gguf_path).encode(), params)
+        if not model:
+            raise RuntimeError(f"llama.cpp could not load {gguf_path}")
+        self.model = model
+        self.n_vocab = int(self.lib.llama_vocab_n_tokens(self.lib.llama_model_get_vocab(model)))
+
+    def set_adapter(self, path: Path | None) -> None:
+        """Hot-swap the LoRA adapter (None removes it); the old one is freed after the switch."""
+        old = self.adapter
+        self.adapter = None
+        if path is not None:
+            adapter = self.lib.llama_adapter_lora_init(self.model, str(path).encode())
+            if not adapter:
+                raise RuntimeError(f"llama.cpp could not load the LoRA adapter {path}")
+            self.adapter = adapter
+        if self.ctx is not None:
+            self._apply_adapter()
+        if old is not None:
+            self.lib.llama_adapter_lora_free(old)
+
+    def _apply_adapter(self) -> None:
+        if self.adapter is None:
+            rc = self.lib.llama_set_adapters_lora(self.ctx, None, 0, None)
+        else:
+            adapters = (self.lib.llama_adapter_lora_p_ctypes * 1)(self.adapter)
+            rc = self.lib.llama_set_adapters_lora(self.ctx, adapters, 1, (ctypes.c_float * 1)(1.0))
+        if rc != 0:
+            raise RuntimeError(f"llama.cpp refused the LoRA adapter (code {rc})")
+
+    def _free_context(self) -> None:
+        if self.ctx is not None:
+            self.lib.llama_free(self.ctx)
+            self.ctx = None
+            self._ctx_size = (0, 0)
+
+    def _context(self, n_ctx: int, n_seq: int) -> Any:
+        """A context holding at least n_ctx cells for n_seq sequences (grown, never shrunk)."""
+        if self.ctx is not None and self._ctx_size[0] >= n_ctx and self._ctx_size[1] >= n_seq:
+            return self.ctx
+        self._free_context()
+        n_ctx = max(n_ctx, self._ctx_size[0], 256)
+        n_seq = max(n_seq, self._ctx_size[1])
+        params = self.lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = params.n_ubatch = 512
+        params.n_seq_max = n_seq
+        params.n_threads = params.n_threads_batch = self.threads
+        params.type_k = params.type_v = KV_TYPES[self.kv_type]
+        params.kv_unified = True  # a prompt's cells are shared by its n samples, not copied
+        params.no_perf = True
+        ctx = self.lib.llama_init_from_model(self.model, params)
+        if not ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells x {n_seq} sequences")
+        self.ctx, self._ctx_size = ctx, (n_ctx, n_seq)
+        self._apply_adapter()
+        return ctx
+
+    def _decode(self, batch: Any, tokens: Sequence[tuple[int, int, int, bool]]) -> None:
+        """Decode (token, pos, seq, want_logits) entries as one batch."""
+        for i, (tok, pos, seq, want) in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, int(want)
+        batch.n_tokens = len(tokens)
+        rc = self.lib.llama_decode(self.ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed (code {rc}): context too small or out of memory")
+
+    def _logits(self, rows: int) -> np.ndarray:
+        ptr = self.lib.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).copy()  # [rows, V]
+
+    def sample(self, prompt_rows: Sequence[Sequence[int]], n: int, cfg: SampleConfig, eos: set[int],
+               seed: int) -> list[tuple[list[int], list[float], bool]]:
+        """n samples per prompt -> [(tokens, logprobs, stopped)] in prompt-major order (p * n + s)."""
+        rows = len(prompt_rows) * n
+        if rows > MAX_SEQUENCES:
+            raise ValueError(f"{rows} rows exceed llama.cpp's {MAX_SEQUENCES} sequences per context")
+        need = sum(len(r) for r in prompt_rows) + rows * cfg.max_new_tokens + 16
+        ctx = self._context(need, rows)
+        mem = self.lib.llama_get_memory(ctx)
+        self.lib.llama_memory_clear(mem, True)
+        rng = np.random.default_rng(seed)
+        batch = self.lib.llama_batch_init(512, 0, 1)
+        try:
+            first = np.empty((rows, self.n_vocab), dtype=np.float32)
+            for p, prompt in enumerate(prompt_rows):
+                lead = p * n  # the prompt is decoded into its first sample's sequence, then shared
+                for lo in range(0, len(prompt), 512):
+                    chunk = [(int(t), lo + j, lead, lo + j == len(prompt) - 1)
+                             for j, t in enumerate(prompt[lo:lo + 512])]
+                    self._decode(batch, chunk)
+                first[lead:lead + n] = self._logits(1)[0]
+                for s in range(1, n):
+                    self.lib.llama_memory_seq_cp(mem, lead, lead + s, -1, -1)
+            pos = np.repeat([len(r) for r in prompt_rows], n)  # [rows] next position per row
+            tokens: list[list[int]] = [[] for _ in range(rows)]
+            logps: list[list[float]] = [[] for _ in range(rows)]
+            stopped = [False] * rows
+            alive = list(range(rows))
+            logits = first
+            for step in range(cfg.max_new_tokens):
+                token, logp = sample_rows(logits, cfg, rng)  # [b], [b]
+                still = []
+                for j, r in enumerate(alive):
+                    tokens[r].append(int(token[j]))
+                    logps[r].append(float(logp[j]))
+                    if int(token[j]) in eos:
+                        stopped[r] = True
+                        self.lib.llama_memory_seq_rm(mem, r, -1, -1)  # its cells are free again
+                    else:
+                        still.append(j)
+                if not still or step == cfg.max_new_tokens - 1:
+                    break
+                self._decode(batch, [(int(token[j]), int(pos[alive[j]]), alive[j], True) for j in still])
+                alive = [alive[j] for j in still]
+                pos[alive] += 1
+                logits = self._logits(len(alive))
+            return list(zip(tokens, logps, stopped))
+        finally:
+            self.lib.llama_batch_free(batch)
+
+    def close(self) -> None:
+        self._free_context()
+        self.set_adapter(None)
+        if self.model is not None:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+
+# ---- the generator the trainer uses ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LlamaCppConfig:
+    """How llama.cpp generates for the trainer."""
+
+    threads: int = 0  # llama.cpp threads; 0 = torch's current thread count
+    sync_every: int = 1  # full fine-tuning: policy versions between weight refreshes (LoRA: every version)
+    kv_type: str = "f16"  # KV cache element type: "f16" (llama.cpp's default) or "f32"
+    gpu_layers: int = 0  # layers offloaded to a GPU build of llama.cpp (Metal on Apple); 0 = CPU
+
+    def __post_init__(self) -> None:
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= 1024:
+            raise ValueError(f"threads must be an int in [0, 1024], got {self.threads!r}")
+        if isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1:
+            raise ValueError(f"sync_every must be an int >= 1, got {self.sync_every!r}")
+        if self.kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {self.kv_type!r}")
+        if isinstance(self.gpu_layers, bool) or not isinstance(self.gpu_layers, int) or self.gpu_layers < 0:
+            raise ValueError(f"gpu_layers must be an int >= 0, got {self.gpu_layers!r}")
+
+
+class LlamaCppGenerator:
+    """Generates with llama.cpp from weights kept in step with a torch policy (module docstring).
+
+    base_gguf: the policy's base weights as GGUF. mode "full": rewritten from the torch weights on
+    sync (needs `plan` to cover every trainable parameter); mode "lora": the base stays, the peft
+    adapter is hot-swapped (lora_alpha: the adapter's alpha).
+    """
+
+    name = "llamacpp"
+
+    def __init__(self, base_gguf: Path, work_dir: Path, plan: Any, *, mode: str, cfg: LlamaCppConfig | None = None,
+                 lora_alpha: float = 0.0) -> None:
+        if mode not in ("full", "lora"):
+            raise ValueError("mode must be 'full' or 'lora'")
+        self.base_gguf, self.work_dir, self.plan, self.mode = Path(base_gguf), Path(work_dir), plan, mode
+        self.cfg = cfg or LlamaCppConfig()
+        self.lora_alpha = lora_alpha
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.weights_version: int | None = None  # policy version llama.cpp holds; None = not synced yet
+        self.sync_seconds = 0.0  # total time spent syncing (refresh/reload or adapter writes)
+        self.syncs = 0
+        self._runtime: LlamaCppRuntime | None = None
+
+    def _threads(self) -> int:
+        if self.cfg.threads:
+            return self.cfg.threads
+        import torch
+
+        return torch.get_num_threads()
+
+    def runtime(self) -> LlamaCppRuntime:
+        if self._runtime is None:
+            self._runtime = LlamaCppRuntime(self.base_gguf, threads=self._threads(), kv_type=self.cfg.kv_type,
+                                            gpu_layers=self.cfg.gpu_layers)
+        return self._runtime
+
+    def sync(self, model: Any, policy_version: int) -> int:
+        """Bring llama.cpp's weights up to `policy_version` when due -> the version it now holds."""
+        import time
+
+        from engine.models.gguf_convert import lora_pairs, refresh_weights, write_lora_adapter
+
+        held = self.weights_version
+        due = held is None or (policy_version != held and (self.mode == "lora" or held > policy_version
+                                                           or policy_version - held >= self.cfg.sync_every))
+        if not due:
+            return held  # type: ignore[return-value]
+        start = time.perf_counter()
+        runtime = self.runtime()
+        if self.mode == "full":
+            path = self.work_dir / "policy.gguf"
+            refresh_weights(self.base_gguf, self.plan, model.state_dict(), path)
+            runtime.load(path)
+        else:
+            path = self.work_dir / f"adapter-{policy_version % 2}.gguf"  # alternate: the live one stays intact
+            write_lora_adapter(self.plan, lora_pairs(model), self.lora_alpha, path)
+            runtime.set_adapter(path)
+        self.weights_version = policy_version
+        self.sync_seconds += time.perf_counter() - start
+        self.syncs += 1
+        return policy_version
+
+    def generate(self, model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: SampleConfig,
+                 seed: int | None = None) -> list[list[Completion]]:
+        """Same contract as engine.models.generate.generate, sampled by llama.cpp's forward passes."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        if not prompts:
+            return []
+        if len(prompts) * n > MAX_BATCH_ROWS:
+            raise ValueError(f"{len(prompts)} prompts x {n} samples exceeds {MAX_BATCH_ROWS} rows")
+        if self.weights_version is None:
+            raise RuntimeError("sync() the generator with the policy before generating")
+        eos = eos_token_ids(model, tokenizer)
+        rows = encode_prompts(tokenizer, prompts)
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("a prompt tokenized to zero tokens")
+        seed = int(seed) if seed is not None else secrets.randbits(62)
+        per_call = max(1, MAX_SEQUENCES // n)  # prompts per llama.cpp call
+        result: list[list[Completion]] = []
+        for lo in range(0, len(rows), per_call):
+            sampled = self.runtime().sample(rows[lo:lo + per_call], n, cfg, eos, seed + lo)
+            for p in range(len(rows[lo:lo + per_call])):
+                group = []
+                for tokens, logps, stopped in sampled[p * n:(p + 1) * n]:
+                    body = tokens[:-1] if stopped else tokens
+                    group.append(Completion(text=tokenizer.decode(body, skip_special_tokens=True),
+                                            token_ids=tuple(tokens), logprobs=tuple(logps), truncated=not stopped))
+                result.append(group)
+        return result
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
