@@ -19,12 +19,12 @@ MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
 class _Curve:
     """A plot curve bound to a ring buffer; `sync` uploads only when the ring changed."""
 
-    def __init__(self, plot: pg.PlotItem, ring: Ring, color: str | None, width: float = 1.0,
+    def __init__(self, plot: pg.PlotItem, ring: Ring, color: str, width: float = 1.0,
                  name: str | None = None, antialias: bool = False, max_points: int = MAX_POINTS) -> None:
         self.ring = ring
+        self.color = color
         self.max_points = max_points
-        pen = None if color is None else pg.mkPen(color, width=width)
-        self.item = plot.plot(pen=pen, name=name, antialias=antialias)
+        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, antialias=antialias)
         self._version = -1
 
     def sync(self) -> bool:
@@ -69,29 +69,38 @@ class DashboardView(QWidget):
             cards.addWidget(frame)
         layout.addLayout(cards)
 
+        self.hint = QLabel("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
+                           "and past rounds reload from the engine's store.")
+        self.hint.setProperty("role", "hint")
+        layout.addWidget(self.hint)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
         grid = self.plots.ci
         self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
-        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)", legend=True)
+        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)")
         self.cumulative_plot = self._plot(grid, 1, 0, "Cumulative reward")
         self.zero_std_plot = self._plot(grid, 1, 1, "Zero-std groups (fraction)")
         self.length_plot = self._plot(grid, 1, 2, "Completion length (tokens)")
         self.speed_plot = self._plot(grid, 2, 0, "Tokens / s")
-        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase", legend=True)
-        self.eval_plot = self._plot(grid, 2, 2, "Held-out eval (pass@1, pass@k)", legend=True)
+        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase")
+        self.eval_plot = self._plot(grid, 2, 2, "Held-out eval")
+        self._titles = {self.specialty_plot: "Reward per specialty (moving average)",
+                        self.phase_plot: "Seconds per phase", self.eval_plot: "Held-out eval"}
+        for col in range(3):
+            grid.layout.setColumnStretchFactor(col, 1)
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
         self.reward_plot.setYRange(0, 1, padding=0.02)
         self.zero_std_plot.setYRange(0, 1, padding=0.02)
 
         s = model.series
         raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
-        # the band's edges are invisible and coarse: the fill is the costliest thing drawn
-        lo = _Curve(self.reward_plot, s["reward_lo"], None, max_points=160)
-        hi = _Curve(self.reward_plot, s["reward_hi"], None, max_points=160)
+        # the band's edges are drawn in the fill colour and coarse: the fill is the costliest thing drawn
+        lo = _Curve(self.reward_plot, s["reward_lo"], "#dbeafe", max_points=160)
+        hi = _Curve(self.reward_plot, s["reward_hi"], "#dbeafe", max_points=160)
         self.band = pg.FillBetweenItem(lo.item, hi.item, brush=pg.mkBrush("#dbeafe"))  # opaque, under the lines
-        self.band.setZValue(-10)
+        for item in (self.band, lo.item, hi.item):
+            item.setZValue(-10)
         self.reward_plot.addItem(self.band)
         avg = _Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.0, f"{model.window}-round average",
                      antialias=True)
@@ -105,19 +114,19 @@ class DashboardView(QWidget):
              _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
              _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
         self._curves = [c for group in self._groups for c in group]
+        self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
         self._seen_version = -1
         self._next_group = 0
 
     @staticmethod
-    def _plot(grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1,
-              legend: bool = False) -> pg.PlotItem:
+    def _plot(grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1) -> pg.PlotItem:
         plot = grid.addPlot(row=row, col=col, colspan=colspan, title=title)
         plot.setLabel("bottom", "round")
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
+        plot.getAxis("bottom").enableAutoSIPrefix(False)  # "round (x0.001)" helps nobody
+        plot.setXRange(0, 10, padding=0)  # until data arrives...
+        plot.enableAutoRange(x=True)  # ...then follow it (setXRange had switched auto-range off)
         plot.setMenuEnabled(False)
-        if legend:
-            plot.addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6,
-                           brush=pg.mkBrush("#ffffff"), pen=pg.mkPen("#e5e7eb"))  # opaque: no blending
         return plot
 
     def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int) -> None:
@@ -126,6 +135,13 @@ class DashboardView(QWidget):
                 color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
                 curves[name] = _Curve(plot, ring, color, name=name)
                 self._groups[group].append(curves[name])
+                self._legend(plot, {n: c.color for n, c in curves.items()})
+
+    def _legend(self, plot: pg.PlotItem, entries: dict[str, str]) -> None:
+        """The legend lives in the title: a legend box inside the plot would cover the newest points."""
+        keys = [f"<span style='color:{color}'>&#9644;&nbsp;{name}</span>" for name, color in entries.items()]
+        rows = ["&nbsp; ".join(keys[i:i + 3]) for i in range(0, len(keys), 3)]  # 3 a line: columns stay even
+        plot.setTitle(f"{self._titles[plot]}<br><span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
 
     def refresh(self, full: bool = False) -> None:
         """Redraw the next group of plots that changed (all of them with `full`)."""
@@ -142,6 +158,7 @@ class DashboardView(QWidget):
         if model.version == self._seen_version:
             return
         self._seen_version = model.version
+        self.hint.setVisible(model.rounds == 0)
         self._set_card("reward_avg", model.latest("reward_avg"), "{:.3f}")
         self._set_card("cumulative", model.latest("cumulative"), "{:,.1f}")
         self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")

@@ -21,7 +21,7 @@ from engine.events import EvalCompleted, LogRecord, PeerUpdated, RolloutSeen, Ro
 from engine.settings import ContributorSettings
 
 SPECIALTIES = ("base_conversion", "basic_arithmetic", "propositional_logic", "binary_matrix")
-PHASES = ("generate", "score", "prepare", "update")
+PHASES = {"generate": 0.55, "score": 0.04, "prepare": 0.08, "update": 0.3}  # mean seconds, as on a laptop
 PEERS = (("peerAAA", "amber-falcon", "mdns", "192.168.1.20:7070"),
          ("peerBBB", "quiet-heron", "bootstrap", "relay:wss://boot.example"),
          ("peerCCC", "brisk-otter", "mdns", "192.168.1.31:7070"))
@@ -95,11 +95,13 @@ class StandInNode:
                          for s in self.rng.sample(SPECIALTIES, 3)}
         event = RoundCompleted(
             round=self.round, policy_version=self.policy_version,
-            metrics={"reward_mean": reward, "reward_std": 0.3, "frac_reward_zero_std": self.rng.uniform(0.2, 0.6),
-                     "completion_len_mean": self.rng.uniform(12, 30), "tokens_per_s": self.rng.uniform(900, 1500),
-                     "cumulative_reward": self.cumulative},
+            metrics={"reward_mean": reward, "reward_std": 0.3,
+                     "frac_reward_zero_std": min(1.0, max(0.0, 0.55 - 0.2 * base + self.rng.gauss(0, 0.06))),
+                     "completion_len_mean": 18 + 6 * base + self.rng.gauss(0, 1.5),
+                     "tokens_per_s": 1200 + self.rng.gauss(0, 60), "cumulative_reward": self.cumulative},
             per_specialty_reward=per_specialty,
-            phase_seconds={p: self.rng.uniform(0.01, 0.3) for p in PHASES}, num_local=4, num_external=4)
+            phase_seconds={p: max(0.0, mean + self.rng.gauss(0, mean / 10)) for p, mean in PHASES.items()},
+            num_local=4, num_external=4)
         self.rounds.append(event)
         self.bus.publish(event)
         peer_id, name, _, _ = PEERS[self.round % len(PEERS)]
