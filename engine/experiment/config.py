@@ -92,8 +92,12 @@ class ArmConfig:
     @property
     def name(self) -> str:
         """A file-system-safe unique name for the arm's output directory."""
-        text = f"{self.setting}_{self.label}_s{self.seed}".replace("/", "-").replace(" ", "_").replace("+", "_")
-        return text
+        text = f"{self.setting}_{self.label}_s{self.seed}"
+        if self.lr != ArmConfig.lr:
+            text += f"_lr{self.lr:g}"
+        if self.mode != ArmConfig.mode:
+            text += f"_{self.mode}"
+        return text.replace("/", "-").replace(" ", "_").replace("+", "_")
 
     def eval_rounds(self) -> list[int]:
         """Rounds after which the judge set is evaluated: 0 (the seed), every M, and the last."""
@@ -169,7 +173,12 @@ def preset(name: str, model: str = "") -> Preset:
         arms += [base.replace(strategy="positive-only", kl_anchor=0.04)]
         return Preset("strategies", "heterogeneous 4/4: plain vs positive-only vs importance-weighted "
                       "vs positive-only + KL anchor, against 8/0 (seed 1)", tuple(arms))
-    raise ValueError(f"unknown experiment preset {name!r}; known: smoke, paper-small, strategies")
+    if name == "tuning":
+        base = ArmConfig(agents=4, rounds=100, eval_every=50, seed=0, model=model)
+        arms = [base.replace(local=i, external=j, lr=lr) for lr in (1e-4, 3e-4) for i, j in ((8, 0), (4, 4))]
+        return Preset("tuning", "the tuning seed (0, never reported as a result): lr 1e-4 vs 3e-4, "
+                      "homogeneous 8/0 and 4/4", tuple(arms))
+    raise ValueError(f"unknown experiment preset {name!r}; known: {', '.join(PRESET_NAMES)}")
 
 
-PRESET_NAMES = ("smoke", "paper-small", "strategies")
+PRESET_NAMES = ("smoke", "paper-small", "strategies", "tuning")
