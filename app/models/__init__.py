@@ -47,6 +47,7 @@ class AppModel:
             self.dashboard.apply_eval(event)
         elif isinstance(event, RolloutSeen):
             self.feed.apply(event)
+            self.peers.touch(event.origin_peer, event.ts)
         elif isinstance(event, PeerUpdated):
             self.peers.apply(event)
             self.node.peers = self.peers.connected

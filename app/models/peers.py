@@ -39,6 +39,13 @@ class PeersModel:
             del self.rows[min(gone, key=lambda r: r.last_seen).peer_id]
         self.version += 1
 
+    def touch(self, peer_id: str, ts: float) -> None:
+        """Something arrived from this peer (e.g. a rollout): it was alive at `ts`."""
+        row = self.rows.get(peer_id)
+        if row is not None and ts > row.last_seen:
+            row.last_seen = ts
+            self.version += 1
+
     @property
     def connected(self) -> int:
         return sum(r.connected for r in self.rows.values())

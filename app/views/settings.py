@@ -73,6 +73,8 @@ class SettingsView(QWidget):
         self.start_at_login = QCheckBox("Start contributing when I log in")
         self.keep_running_on_close = QCheckBox("Keep contributing in the background when the window closes")
 
+        for spin in (self.cpu_cores, self.idle_minutes, self.max_temperature_c):
+            spin.setMaximumWidth(320)
         network = QGroupBox("Network")
         form = QFormLayout(network)
         form.addRow("Bootstrap server:", self.bootstrap_url)

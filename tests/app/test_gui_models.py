@@ -108,6 +108,10 @@ def test_peers_model_keeps_newest_news_and_bounds_its_size() -> None:
     peers.apply(PeerUpdated(peer_id="c", name="c", model="seed", found_by="mdns", address="w", connected=True, ts=30))
     assert set(peers.rows) == {"a", "c"}  # the disconnected one went first
     assert [r.peer_id for r in peers.sorted_rows()] == ["c", "a"]
+    peers.touch("a", 40)  # a rollout from it arrived
+    peers.touch("a", 35)
+    peers.touch("nobody", 50)
+    assert peers.rows["a"].last_seen == 40 and set(peers.rows) == {"a", "c"}
 
 
 def test_node_model_status_validation_and_tooltip() -> None:
