@@ -215,6 +215,8 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
         lora = lora or LoraSpec(target_modules=DEFAULT_LORA_TARGETS)
         dtype = "bfloat16" if device == "cuda" else "float32"
         torch_model, tokenizer = load_policy(path, device=device, dtype=dtype, lora=lora, quantization=quant)
+        if device == "cpu":
+            keep_4bit_trainable_on_cpu(torch_model)
         label = f"transformers + bitsandbytes {quant} (" + ("QLoRA)" if quant == "nf4" else "LoRA)")
         return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend, label, None))
     torch_model, tokenizer = load_policy(path, device=device, lora=lora)
@@ -227,6 +229,18 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
     gen = llamacpp_generator_for(torch_model, gguf, work / spec_id, lora=lora, cfg=llamacpp_cfg)
     return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, gen, "llamacpp",
                                       "llama.cpp + transformers" + suffix, None))
+
+
+def keep_4bit_trainable_on_cpu(model: Any) -> int:
+    """bitsandbytes 0.50 repacks a Linear4bit's weight into a CPU inference layout on its first no-grad
+    eval forward (on AVX512-BF16 CPUs) and never back; that layout has no backward, so LoRA gradients
+    after a generation pass would be silently wrong. Turning the repacking off keeps one layout."""
+    layers = 0
+    for module in model.modules():
+        if hasattr(module, "support_avx512bf16_for_cpu"):
+            module.support_avx512bf16_for_cpu = False
+            layers += 1
+    return layers
 
 
 def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
