@@ -226,7 +226,8 @@ class MainWindow(QMainWindow):
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")
         self.stats["policy_version"].setText(f"v{node.policy_version:,}")
-        self.stats["model"].setText(node.model or "–")
+        self.stats["model"].setText(node.model.replace("\\", "/").rsplit("/", 1)[-1][:32] or "–")  # a path: its name
+        self.stats["model"].setToolTip(node.model)
         join_mode = node.state == "stopped"
         self.join_button.setText("Join the swarm" if join_mode else
                                  "Leaving…" if node.state == "leaving" else "Leave the swarm")
