@@ -16,6 +16,7 @@ BENCHES: dict[str, str] = {
     "learning": "engine.bench.learning",
     "relay": "engine.bench.relay",
     "gui": "engine.bench.gui",
+    "generate": "engine.bench.generate",
 }
 
 

@@ -124,8 +124,57 @@ def _rounds(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: 
     return {k: statistics.median(p[k] for p in phases) for k in phases[0]} | {"rounds": rounds}
 
 
+def heldout_reward(loaded: Any, version: int, mix: str, per_specialty: int, k: int, cfg: Any,
+                   seed: int = 7) -> dict[str, Any]:
+    """pass@1 (mean binary reward) and pass@k on a fixed held-out set, sampled by the live generator
+    (synced to the current policy first)."""
+    from engine.tasks import library
+
+    questions = library.heldout(library.preset(mix), per_specialty, seed)
+    prompts = [library.render_prompt(q, loaded.prompt_style or "compact") for q in questions]
+    loaded.generator.sync(loaded.model, version)
+    scores: dict[str, list[list[float]]] = {}
+    for lo in range(0, len(questions), 8):
+        groups = loaded.generator.generate(loaded.model, loaded.tokenizer, prompts[lo:lo + 8], k, cfg, seed=seed + lo)
+        for q, group in zip(questions[lo:lo + 8], groups):
+            scores.setdefault(q.specialty, []).append([library.score(q, c.text) for c in group])
+    per = {s: statistics.fmean(statistics.fmean(g) for g in v) for s, v in scores.items()}
+    flat = [g for v in scores.values() for g in v]
+    return {"pass1": statistics.fmean(statistics.fmean(g) for g in flat),
+            "passk": statistics.fmean(float(max(g) >= 1.0) for g in flat), "k": k, "questions": len(flat),
+            "per_specialty_pass1": per}
+
+
+def learn(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: int, per_specialty: int = 16,
+          k: int = 4) -> dict[str, Any]:
+    """Held-out reward before and after `rounds` solo SAPO rounds (paper shape) with llama.cpp generating."""
+    from engine.models.generate import SampleConfig
+    from engine.sapo.config import preset
+    from engine.sapo.trainer import Trainer
+    from engine.tasks import library
+
+    loaded = _load(name, work, threads)
+    sample = SampleConfig(max_new_tokens=tokens)
+    cfg = preset("paper").replace(sampling=sample, eval_every=0, checkpoint_every=0,
+                                  prompt_style=loaded.prompt_style or "compact")
+    before = heldout_reward(loaded, 0, mix, per_specialty, k, sample)
+    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, library.preset(mix), None, None, seed=0,
+                      model_id=loaded.model_id, generator=loaded.generator)
+    history = []
+    for _ in range(rounds):
+        r = trainer.run_round()
+        history.append({"round": r.round, "reward": r.metrics.get("reward_mean", 0.0),
+                        "groups_trained": r.metrics.get("groups_trained", 0.0), **r.phase_seconds})
+    after = heldout_reward(loaded, trainer.policy_version, mix, per_specialty, k, sample)
+    loaded.generator.close()
+    return {"rounds": rounds, "before": before, "after": after, "history": history,
+            "round_seconds_median": statistics.median(h["total"] for h in history),
+            "train_reward_mean": statistics.fmean(h["reward"] for h in history)}
+
+
 def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | list[str] = ("seed", "smollm2-135m"),
-        repeats: int = 3, e2e_rounds: int = 3, mix: str = "paper", max_new_tokens: int = 0) -> dict[str, Any]:
+        repeats: int = 3, e2e_rounds: int = 3, mix: str = "paper", max_new_tokens: int = 0,
+        learn_rounds: int = 0) -> dict[str, Any]:
     import torch
 
     from engine.models.generate import SampleConfig
@@ -150,6 +199,8 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | l
             if e2e_rounds:
                 entry["round_seconds"] = {b: _rounds(arg, work, threads, mix, tokens, e2e_rounds, b)
                                           for b in ("hf", "llamacpp")}
+            if learn_rounds:
+                entry["learning"] = learn(arg, work, threads, mix, tokens, learn_rounds)
             result["models"][name] = entry
             gc.collect()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -176,4 +227,11 @@ def table(result: dict[str, Any]) -> str:
                      f"{g['llamacpp']['tokens_per_s']:.0f} | {g['speedup']:.2f}x | "
                      f"{agree.get('mean_abs', float('nan')):.4f} / {agree.get('max_abs', float('nan')):.3f} | "
                      f"{cell('hf')} | {cell('llamacpp')} |")
+    for name, e in result["models"].items():
+        if "learning" in e:
+            le = e["learning"]
+            lines += ["", (f"{name}: {le['rounds']} solo rounds with llama.cpp generating, median round "
+                      f"{le['round_seconds_median']:.1f} s, training reward {le['train_reward_mean']:.3f}; held-out "
+                      f"pass@1 {le['before']['pass1']:.3f} -> {le['after']['pass1']:.3f}, pass@{le['before']['k']} "
+                      f"{le['before']['passk']:.3f} -> {le['after']['passk']:.3f} ({le['before']['questions']} questions)")]
     return "\n".join(lines)
