@@ -58,7 +58,7 @@ class StallProbe:
                 self.long_stalls.append((round(gap - PROBE_MS, 1), round(busy, 1), self.context()))
         self._last, self._last_cpu = now, cpu
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, Any]:
         stalls = sorted(max(0.0, gap - PROBE_MS) for gap in self.gaps_ms)
         if not stalls:
             return {"samples": 0}

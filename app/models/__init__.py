@@ -69,5 +69,5 @@ class AppModel:
         self.dashboard.load(rounds, [e for e in parsed["evals"] if isinstance(e, EvalCompleted)])
         for event in rounds:
             self.node.apply_round(event)
-        for event in parsed["peers"] + parsed["rollouts"]:
-            self.apply(event)
+        for other in parsed["peers"] + parsed["rollouts"]:
+            self.apply(other)

@@ -92,6 +92,7 @@ class LogLine:
 
 class LogModel:
     def __init__(self, capacity: int = 5000) -> None:
+        self.capacity = capacity
         self.lines: collections.deque[LogLine] = collections.deque(maxlen=capacity)
         self._new: list[LogLine] = []
         self.version = 0
@@ -100,8 +101,8 @@ class LogModel:
         line = LogLine(time.time() if ts is None else ts, level[:16], message[:4000])
         self.lines.append(line)
         self._new.append(line)
-        if len(self._new) > self.lines.maxlen:  # a view that never reads must not grow this
-            del self._new[: len(self._new) - self.lines.maxlen]
+        if len(self._new) > self.capacity:  # a view that never reads must not grow this
+            del self._new[: len(self._new) - self.capacity]
         self.version += 1
 
     def take_new(self) -> list[LogLine]:

@@ -29,7 +29,7 @@ class LogView(QWidget):
         layout.addLayout(top)
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
-        self.text.setMaximumBlockCount(model.lines.maxlen or 5000)
+        self.text.setMaximumBlockCount(model.capacity)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         layout.addWidget(self.text, 1)
 

@@ -164,8 +164,8 @@ class RolloutsView(QWidget):
         peers = sorted(feed.per_peer.values(), key=lambda p: -p.received)
         self.per_peer.setRowCount(len(peers))
         for i, peer in enumerate(peers):
-            for col, value in enumerate((peer.name, peer.received, peer.used, peer.dropped)):
-                item = QTableWidgetItem(f"{value:,}" if isinstance(value, int) else value)
+            for col, value in enumerate((peer.name, f"{peer.received:,}", f"{peer.used:,}", f"{peer.dropped:,}")):
+                item = QTableWidgetItem(value)
                 if col:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.per_peer.setItem(i, col, item)

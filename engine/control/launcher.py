@@ -61,7 +61,8 @@ def start_engine(data_dir: Path, extra_args: Sequence[str] = (), low_priority: b
     with open(logs / ENGINE_LOG, "ab") as log_file:
         kwargs: dict[str, object] = {}
         if os.name == "nt":
-            kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
+            kwargs["creationflags"] = (getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+                                       | getattr(subprocess, "DETACHED_PROCESS", 0))
         else:
             kwargs["start_new_session"] = True  # Ctrl+C on the GUI's terminal must not kill the engine
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,

@@ -13,7 +13,6 @@ types, finite numbers, known methods and parameters), so the glue never sees a m
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hmac
 import json
 import math
@@ -264,10 +263,15 @@ def parse_server_message(data: str | bytes, max_bytes: int = MAX_REPLY_BYTES) ->
     return Reply(request_id, obj["result"])
 
 
-@functools.cache
+_HINTS: dict[str, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    # Empty locals: the class namespace would shadow the builtin `type` with the Event.type property.
-    return typing.get_type_hints(cls, localns={})
+    key = f"{cls.__module__}.{cls.__qualname__}"
+    if key not in _HINTS:
+        # Empty locals: the class namespace would shadow the builtin `type` with the Event.type property.
+        _HINTS[key] = typing.get_type_hints(cls, localns={})
+    return _HINTS[key]
 
 
 def _conforms(value: Any, hint: Any) -> bool:
