@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
@@ -178,7 +178,8 @@ class MainWindow(QMainWindow):
 
     def _refresh_views(self) -> None:
         current = self.tabs.currentWidget()
-        if current is not None and hasattr(current, "refresh"):
+        drawn = self.isVisible() and not self.isMinimized()  # hidden in the tray: models only, no drawing
+        if drawn and current is not None and hasattr(current, "refresh"):
             current.refresh()
         self.machine.show_progress(self.model.progress)
         if self.tray is not None:
@@ -304,6 +305,10 @@ class MainWindow(QMainWindow):
         self.bridge.call("select_model", {"model_id": model_id}, reply)
 
     # --- window and app lifetime ---------------------------------------------------------------------
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._refresh_views()  # back from the tray: catch up at once
+
     def show_normal(self) -> None:
         self.show()
         self.raise_()

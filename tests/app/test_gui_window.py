@@ -158,3 +158,15 @@ def test_reconnects_when_the_engine_comes_back_on_a_new_port(qtbot: QtBot, windo
     assert window.bridge.url == engine.server.url
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.model.node.state == "in_swarm", timeout=WAIT_MS)
+
+
+def test_hidden_window_keeps_its_models_but_draws_nothing(qtbot: QtBot, window: MainWindow) -> None:
+    qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.model.dashboard.rounds >= 3, timeout=WAIT_MS)
+    window.hide()  # as when closed to the tray
+    qtbot.wait(100)
+    redraws, rounds = window.dashboard.redraws, window.model.dashboard.rounds
+    qtbot.waitUntil(lambda: window.model.dashboard.rounds >= rounds + 5, timeout=WAIT_MS)
+    assert window.dashboard.redraws == redraws
+    window.show()
+    qtbot.waitUntil(lambda: window.dashboard.redraws > redraws, timeout=WAIT_MS)
