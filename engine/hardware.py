@@ -91,6 +91,8 @@ class HardwareProfile:
         data = asdict(self)
         data["name"] = self.device_name
         data["budget_bytes"] = self.accelerator_budget_bytes
+        data["temperature_c"] = max_temperature_c()
+        data["temperature_sensors"] = data["temperature_c"] is not None  # the GUI's temperature cap
         return data
 
 

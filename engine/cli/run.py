@@ -110,7 +110,7 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # Windows: Ctrl-C raises KeyboardInterrupt instead
             pass
-    server = await _start_control(node, config.data_dir, control_port) if control else None
+    server = await _start_control(node, config.data_dir, control_port, stop.set) if control else None
     _print_progress_lines(node)
     try:
         if not start_paused:
@@ -132,11 +132,12 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
     return 1 if node.error else 0
 
 
-async def _start_control(node: Any, data_dir: Path, port: int) -> Any:
+async def _start_control(node: Any, data_dir: Path, port: int, on_shutdown: Any) -> Any:
+    """The GUI's `shutdown` request (keep-running-on-close off) ends this process cleanly."""
     from engine.control.server import ControlServer
     from engine.control.token import create_token, write_control_info
 
-    server = ControlServer(node, create_token(data_dir), port=port)
+    server = ControlServer(node, create_token(data_dir), port=port, on_shutdown=on_shutdown)
     url = await server.start()
     write_control_info(data_dir, url, os.getpid())
     logging.getLogger("sapo.control").info("control API on %s (token in %s)", url, data_dir)
