@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 APP_ID = "sapo-swarm"  # desktop file id and icon name (matches QGuiApplication.desktopFileName)
 APP_NAME = "SAPO Swarm"  # what menus and the Windows Run key show
@@ -44,6 +45,21 @@ def default_command() -> list[str]:
     """What a login starts: the engine, joined, serving the control API so the app can attach later
     (the app's window at every login would be a nuisance; BOINC and F@H start their client the same way)."""
     return [*self_command(windowed=True), "run", "--headless", "--control"]
+
+
+def engine_command(data_dir: Path | None = None) -> list[str]:
+    """default_command() for a node whose data dir is not the default one."""
+    return default_command() + (["--data-dir", str(data_dir)] if data_dir is not None else [])
+
+
+def apply_setting(enabled: bool, data_dir: Path | None = None, **where: Any) -> None:
+    """What the node calls when ContributorSettings.start_at_login changes. Raises ValueError with
+    the reason when the OS refuses (a read-only home, a locked registry), so the setting is not saved
+    as on while nothing starts at login."""
+    try:
+        sync(enabled, engine_command(data_dir) if enabled else None, **where)
+    except OSError as exc:
+        raise ValueError(f"could not {'register' if enabled else 'remove'} start at login: {exc}") from exc
 
 
 def _check_command(command: Sequence[str]) -> list[str]:

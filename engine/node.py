@@ -163,6 +163,10 @@ class Node:
 
     async def update_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
         new = ContributorSettings.from_dict(changes, base=self.settings)
+        if new.start_at_login != self.settings.start_at_login:  # the OS's login items follow the setting
+            from engine import autostart
+
+            autostart.apply_setting(new.start_at_login, self.config.data_dir)
         new.save(self.config.data_dir)
         self.settings = new
         self._wake.set()  # a paused node re-checks its rules now

@@ -156,3 +156,33 @@ def test_windows_login_uses_the_windowed_twin(tmp_path: Path) -> None:
     assert autostart.self_command(frozen=True, executable=str(exe), windowed=True) == [
         str(tmp_path / autostart.WINDOWS_GUI_EXE)]
     assert autostart.self_command(frozen=True, executable=str(exe)) == [str(exe)]  # the CLI stays a console
+
+
+def test_node_setting_registers_and_removes_the_login_entry(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """ContributorSettings.start_at_login through a real Node: the XDG entry follows the setting and
+    names the node's data dir; an OS refusal is a clear ValueError and the setting stays off."""
+    import asyncio
+
+    from engine.models.policy import build_tiny_policy
+    from engine.node import Node, NodeConfig
+    from engine.sapo.config import preset
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    model = build_tiny_policy(tmp_path / "model")
+    data = tmp_path / "data dir"
+    node = Node(NodeConfig(data_dir=data, model=str(model), sapo=preset("cpu-small"), solo=True))
+    entry = tmp_path / "cfg" / "autostart" / "sapo-swarm.desktop"
+    try:
+        asyncio.run(node.update_settings({"start_at_login": True}))
+        keys = parse_entry(entry.read_text())
+        assert split_exec(keys["Exec"])[-5:] == ["run", "--headless", "--control", "--data-dir", str(data)]
+        asyncio.run(node.update_settings({"start_at_login": False}))
+        assert not entry.exists()
+        entry.parent.rmdir()
+        entry.parent.write_text("a file where the folder should be")  # the OS refuses the write
+        with pytest.raises(ValueError, match="could not register start at login"):
+            asyncio.run(node.update_settings({"start_at_login": True}))
+        assert node.get_settings()["start_at_login"] is False
+    finally:
+        node.store.close()
