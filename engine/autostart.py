@@ -215,19 +215,24 @@ class MacAutostart:
         return self.path.is_file()
 
 
+def _winreg() -> Any:
+    """The winreg module (Windows only; typed loosely so the file type-checks on every OS)."""
+    import winreg
+
+    return winreg
+
+
 class WindowsAutostart:
-    """HKCU Run key through winreg (only importable on Windows)."""
+    """HKCU Run key through winreg."""
 
     def enable(self, command: Sequence[str]) -> str:
-        import winreg  # type: ignore[import-not-found,unused-ignore]
-
+        winreg = _winreg()
         with winreg.CreateKeyEx(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_SET_VALUE) as key:
             winreg.SetValueEx(key, APP_NAME, 0, winreg.REG_SZ, windows_run_value(command))
         return f"HKCU\\{RUN_KEY}\\{APP_NAME}"
 
     def disable(self) -> bool:
-        import winreg  # type: ignore[import-not-found,unused-ignore]
-
+        winreg = _winreg()
         try:
             with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_SET_VALUE) as key:
                 winreg.DeleteValue(key, APP_NAME)
@@ -236,8 +241,7 @@ class WindowsAutostart:
         return True
 
     def is_enabled(self) -> bool:
-        import winreg  # type: ignore[import-not-found,unused-ignore]
-
+        winreg = _winreg()
         try:
             with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_QUERY_VALUE) as key:
                 winreg.QueryValueEx(key, APP_NAME)
