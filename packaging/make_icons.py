@@ -68,7 +68,7 @@ def render(svg: Path, sizes: tuple[int, ...]) -> dict[int, bytes]:
         data = QByteArray()
         buffer = QBuffer(data)
         buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-        image.save(buffer, "PNG")
+        image.save(buffer, "PNG")  # type: ignore[call-overload]  # the stubs say bytes; PySide wants str
         out[size] = bytes(data.data())
     return out
 
