@@ -10,6 +10,7 @@ node or the tests running beside it. Writes dist/package-report.json with the si
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -46,10 +47,27 @@ def largest_parts(bundle: Path, top: int = 15) -> list[tuple[str, int]]:
     return sorted(sizes.items(), key=lambda kv: -kv[1])[:top]
 
 
-def make_tarball(bundle: Path, out: Path, top_dir: str) -> None:
+TARBALL_README = """SAPO Swarm {version} for Linux ({machine}): no Python needed.
+
+  ./sapo install-desktop      add SAPO Swarm to your application menu (per user; run it again
+                              after moving this folder; --autostart also starts it at login)
+  ./sapo                      the app (a headless node where there is no display)
+  ./sapo run --solo           a headless node on the bundled seed model, offline
+  ./sapo doctor               what this machine can train
+  ./sapo uninstall-desktop    remove the menu entry, icons and login entry
+
+Your data (identity, settings, checkpoints) lives in ~/.local/share/sapo-swarm.
+"""
+
+
+def make_tarball(bundle: Path, out: Path, top_dir: str, readme: str) -> None:
     """gzip level 6: a good size/time trade for ~1 GB of mostly shared libraries."""
     with tarfile.open(out, "w:gz", compresslevel=6) as tar:
         tar.add(bundle, arcname=top_dir)
+        data = readme.encode("utf-8")
+        info = tarfile.TarInfo(f"{top_dir}/README.txt")
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
 
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
@@ -88,7 +106,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     if sys.platform.startswith("linux") and not args.no_tarball:
         started = time.monotonic()
         tarball = dist / f"sapo-swarm-{version}-linux-{platform.machine()}.tar.gz"
-        make_tarball(bundle, tarball, f"sapo-swarm-{version}")
+        make_tarball(bundle, tarball, f"sapo-swarm-{version}",
+                     TARBALL_README.format(version=version, machine=platform.machine()))
         report.update(tarball=str(tarball.relative_to(ROOT)), tarball_bytes=tarball.stat().st_size,
                       tarball_seconds=round(time.monotonic() - started, 1))
     (dist / ("package-report-full.json" if args.no_excludes else "package-report.json")).write_text(

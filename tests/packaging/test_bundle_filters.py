@@ -113,3 +113,25 @@ def test_nothing_the_engine_or_app_imports_is_excluded() -> None:
     excluded = filters.module_excludes(cuda=False)
     hit = [m for m in imported for x in excluded if m == x or m.startswith(x + ".")]
     assert not hit, hit
+
+
+def test_tarball_holds_the_folder_and_a_readme(tmp_path: Path) -> None:
+    import tarfile
+
+    build = load("build")
+    bundle = tmp_path / "sapo"
+    (bundle / "_internal" / "torch" / "lib").mkdir(parents=True)
+    (bundle / "sapo").write_bytes(b"\x7fELF" + b"0" * 96)
+    (bundle / "sapo").chmod(0o755)
+    (bundle / "_internal" / "torch" / "lib" / "libtorch_cpu.so").write_bytes(b"1" * 1000)
+    assert build.tree_size(bundle) == 1100
+    assert build.largest_parts(bundle) == [("torch/lib", 1000)]
+    out = tmp_path / "x.tar.gz"
+    build.make_tarball(bundle, out, "sapo-swarm-9.9", "hello\n")
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+        assert {"sapo-swarm-9.9/sapo", "sapo-swarm-9.9/README.txt",
+                "sapo-swarm-9.9/_internal/torch/lib/libtorch_cpu.so"} <= names
+        assert tar.getmember("sapo-swarm-9.9/sapo").mode & 0o111  # stays executable
+        readme = tar.extractfile("sapo-swarm-9.9/README.txt")
+        assert readme is not None and readme.read() == b"hello\n"
