@@ -159,25 +159,25 @@ def preset(name: str, model: str = "") -> Preset:
         return Preset("smoke", "2 agents x 3 rounds, 8/0 vs 4/4 in both settings (about a minute)",
                       tuple(_grid(base, SETTINGS, ((8, 0), (4, 4)), (1,))), jobs=1)
     if name == "paper-small":
-        base = ArmConfig(agents=4, rounds=100, eval_every=50, model=model)
+        base = ArmConfig(agents=4, rounds=150, eval_every=50, model=model)
         seeds = (1, 2, 3)
         # The headline pair (8/0 vs 4/4) first for every seed and setting, then 2/6 and 6/2: a run cut
         # short by its budget still holds complete paired comparisons.
         arms = _grid(base, SETTINGS, ((8, 0), (4, 4)), seeds) + _grid(base, SETTINGS, ((2, 6), (6, 2)), seeds)
-        return Preset("paper-small", "4 agents x 100 rounds, 8/0 6/2 4/4 2/6, both settings, seeds 1-3 "
+        return Preset("paper-small", "4 agents x 150 rounds, 8/0 6/2 4/4 2/6, both settings, seeds 1-3 "
                       "(24 arms; ~90 min on 2 free cores)", tuple(arms))
     if name == "strategies":
-        base = ArmConfig(agents=4, rounds=100, eval_every=50, setting="heterogeneous", model=model)
+        base = ArmConfig(agents=4, rounds=150, eval_every=50, setting="heterogeneous", model=model)
         arms = [base.replace(local=8, external=0)]
         arms += [base.replace(strategy=s) for s in STRATEGIES]
         arms += [base.replace(strategy="positive-only", kl_anchor=0.04)]
         return Preset("strategies", "heterogeneous 4/4: plain vs positive-only vs importance-weighted "
                       "vs positive-only + KL anchor, against 8/0 (seed 1)", tuple(arms))
     if name == "tuning":
-        base = ArmConfig(agents=4, rounds=100, eval_every=50, seed=0, model=model)
-        arms = [base.replace(local=i, external=j, lr=lr) for lr in (1e-4, 3e-4) for i, j in ((8, 0), (4, 4))]
-        return Preset("tuning", "the tuning seed (0, never reported as a result): lr 1e-4 vs 3e-4, "
-                      "homogeneous 8/0 and 4/4", tuple(arms))
+        base = ArmConfig(agents=4, rounds=150, eval_every=50, seed=0, local=8, external=0, model=model)
+        arms = [base.replace(lr=lr) for lr in (1e-4, 3e-4, 1e-3)]
+        return Preset("tuning", "the tuning seed (0, never reported as a result): solo 8/0 at lr 1e-4, "
+                      "3e-4, 1e-3", tuple(arms), jobs=3)
     raise ValueError(f"unknown experiment preset {name!r}; known: {', '.join(PRESET_NAMES)}")
 
 
