@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     cd.add_argument("--model", type=Path, default=SEED_MODEL_DIR, help="model directory")
     cd.add_argument("--n", type=int, default=128, help="held-out questions per specialty")
     cd.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    cd.add_argument("--reuse-eval", action="store_true", help="rewrite the card from the existing eval.json")
+    cd.add_argument("--note", action="append", default=[], help="a line for the card's notes (repeatable)")
     cd.set_defaults(func=_card)
 
 
@@ -149,8 +151,11 @@ def _card(args: argparse.Namespace) -> int:
     if not (args.model / "recipe.json").is_file():
         print(f"no trained seed model at {args.model}", file=sys.stderr)
         return 2
-    evals = {mix: run_eval(args.model, mix, args.n, 8, 0, 0, args.threads) for mix in ("seed-easy", "rl")}
-    write_card(args.model, evals)
+    if args.reuse_eval:
+        evals = json.loads((args.model / "eval.json").read_text())
+    else:
+        evals = {mix: run_eval(args.model, mix, args.n, 8, 0, 0, args.threads) for mix in ("seed-easy", "rl")}
+    write_card(args.model, evals, [f"- {line}" for line in args.note])
     print(format_table(evals["seed-easy"]))
     print(f"wrote {args.model / 'MODEL_CARD.md'} and eval.json")
     return 0
