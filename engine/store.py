@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 ROLLOUT_STATUSES = ("pooled", "used", "dropped")
-PEER_SOURCES = ("mdns", "bootstrap", "manual")
+PEER_SOURCES = ("mdns", "bootstrap", "manual", "inbound")  # inbound: a peer that dialled our listener
 
 # Per-round scalar metrics, in the order `sapo history` prints them.
 ROUND_METRICS: tuple[str, ...] = (
