@@ -104,7 +104,7 @@ class LlamaCppRuntime:
         self.model: Any = None
         self.ctx: Any = None
         self.adapter: Any = None
-        self._ctx_size = (0, 0)  # (n_ctx, n_seq_max) of the live context
+        self._ctx_size = (0, 0)  # (cells per sequence, sequences) of the live context
         self.load(gguf_path)
 
     def load(self, gguf_path: Path) -> None:
@@ -151,25 +151,30 @@ class LlamaCppRuntime:
             self.ctx = None
             self._ctx_size = (0, 0)
 
-    def _context(self, n_ctx: int, n_seq: int) -> Any:
-        """A context holding at least n_ctx cells for n_seq sequences (grown, never shrunk)."""
-        if self.ctx is not None and self._ctx_size[0] >= n_ctx and self._ctx_size[1] >= n_seq:
+    def _context(self, seq_len: int, n_seq: int) -> Any:
+        """A context with n_seq sequences of at least seq_len cells each (grown, never shrunk).
+
+        One KV stream per sequence (kv_unified off): a row attends over its own cells only. With a
+        unified cache every row would attend over every row's cells, which costs rows x all cells
+        per step and dominated decoding time for long completions.
+        """
+        if self.ctx is not None and self._ctx_size[0] >= seq_len and self._ctx_size[1] >= n_seq:
             return self.ctx
-        self._free_context()
-        n_ctx = max(n_ctx, self._ctx_size[0], 256)
+        seq_len = max(seq_len, self._ctx_size[0], 64)
         n_seq = max(n_seq, self._ctx_size[1])
+        self._free_context()
         params = self.lib.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = seq_len * n_seq
         params.n_batch = params.n_ubatch = 512
         params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = self.threads
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
-        params.kv_unified = True  # a prompt's cells are shared by its n samples, not copied
+        params.kv_unified = False
         params.no_perf = True
         ctx = self.lib.llama_init_from_model(self.model, params)
         if not ctx:
-            raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} cells x {n_seq} sequences")
-        self.ctx, self._ctx_size = ctx, (n_ctx, n_seq)
+            raise RuntimeError(f"llama.cpp could not create a context of {n_seq} sequences x {seq_len} cells")
+        self.ctx, self._ctx_size = ctx, (seq_len, n_seq)
         self._apply_adapter()
         return ctx
 
@@ -193,8 +198,8 @@ class LlamaCppRuntime:
         rows = len(prompt_rows) * n
         if rows > MAX_SEQUENCES:
             raise ValueError(f"{rows} rows exceed llama.cpp's {MAX_SEQUENCES} sequences per context")
-        need = sum(len(r) for r in prompt_rows) + rows * cfg.max_new_tokens + 16
-        ctx = self._context(need, rows)
+        seq_len = -(-(max(len(r) for r in prompt_rows) + cfg.max_new_tokens + 1) // 64) * 64
+        ctx = self._context(seq_len, rows)
         mem = self.lib.llama_get_memory(ctx)
         self.lib.llama_memory_clear(mem, True)
         rng = np.random.default_rng(seed)
@@ -202,7 +207,7 @@ class LlamaCppRuntime:
         try:
             first = np.empty((rows, self.n_vocab), dtype=np.float32)
             for p, prompt in enumerate(prompt_rows):
-                lead = p * n  # the prompt is decoded into its first sample's sequence, then shared
+                lead = p * n  # the prompt is decoded once, into its first sample's sequence, then copied
                 for lo in range(0, len(prompt), 512):
                     chunk = [(int(t), lo + j, lead, lo + j == len(prompt) - 1)
                              for j, t in enumerate(prompt[lo:lo + 512])]
