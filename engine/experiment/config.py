@@ -159,15 +159,15 @@ def preset(name: str, model: str = "") -> Preset:
         return Preset("smoke", "2 agents x 3 rounds, 8/0 vs 4/4 in both settings (about a minute)",
                       tuple(_grid(base, SETTINGS, ((8, 0), (4, 4)), (1,))), jobs=1)
     if name == "paper-small":
-        base = ArmConfig(agents=4, rounds=150, eval_every=50, model=model)
+        base = ArmConfig(agents=4, rounds=100, eval_every=50, model=model)
         seeds = (1, 2, 3)
         # The headline pair (8/0 vs 4/4) first for every seed and setting, then 2/6 and 6/2: a run cut
         # short by its budget still holds complete paired comparisons.
         arms = _grid(base, SETTINGS, ((8, 0), (4, 4)), seeds) + _grid(base, SETTINGS, ((2, 6), (6, 2)), seeds)
-        return Preset("paper-small", "4 agents x 150 rounds, 8/0 6/2 4/4 2/6, both settings, seeds 1-3 "
-                      "(24 arms; ~90 min on 2 free cores)", tuple(arms))
+        return Preset("paper-small", "4 agents x 100 rounds, 8/0 6/2 4/4 2/6, both settings, seeds 1-3 "
+                      "(24 arms; ~60 core-minutes, two workers)", tuple(arms))
     if name == "strategies":
-        base = ArmConfig(agents=4, rounds=150, eval_every=50, setting="heterogeneous", model=model)
+        base = ArmConfig(agents=4, rounds=100, eval_every=50, setting="heterogeneous", model=model)
         arms = [base.replace(local=8, external=0)]
         arms += [base.replace(strategy=s) for s in STRATEGIES]
         arms += [base.replace(strategy="positive-only", kl_anchor=0.04)]

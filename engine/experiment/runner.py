@@ -142,8 +142,9 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
             record_evals(round_no, [_eval_report(a, judge, cfg) for a in agents])
         if progress is not None and (round_no % 10 == 0 or round_no == cfg.rounds):
             progress(f"{cfg.name}: round {round_no}/{cfg.rounds} ({time.time() - start:.0f}s)")
-        if round_no % 20 == 0:  # partial results survive a killed worker
+        if round_no % 20 == 0 or round_no in eval_rounds:  # partial results survive a killed worker
             _write_csv(arm_dir / "rounds.csv", ROUND_FIELDS, rounds)
+            _write_csv(arm_dir / "evals.csv", EVAL_FIELDS, evals)
     _write_csv(arm_dir / "rounds.csv", ROUND_FIELDS, rounds)
     _write_csv(arm_dir / "evals.csv", EVAL_FIELDS, evals)
     summary = arm_summary(cfg, rounds, evals)
