@@ -16,7 +16,7 @@ TINY = SeedRecipe(vocab_size=320, hidden_size=64, num_layers=1, num_heads=2, int
 
 @pytest.mark.parametrize("change", [
     {"hidden_size": 250}, {"intermediate_size": 100}, {"vocab_size": 1000}, {"vocab_size": 256},
-    {"num_heads": 3}, {"steps": 0}, {"lr": 0.0}, {"grad_clip": 0.0}, {"weights": {"bf": -1.0}},
+    {"num_heads": 5}, {"steps": 0}, {"lr": 0.0}, {"grad_clip": 0.0}, {"weights": {"bf": -1.0}},
     {"weights": {}}, {"min_lr_ratio": 2.0},
 ])
 def test_recipe_validation(change: dict[str, object]) -> None:
