@@ -108,3 +108,25 @@ def drop(toc: Any, patterns: tuple[str, ...]) -> tuple[list[Any], list[list[Any]
         else:
             kept.append(entry)
     return kept, dropped
+
+
+# llama-cpp-python loads its libraries with ctypes from llama_cpp/lib at run time, which PyInstaller's
+# analysis cannot see. Each Linux library is installed three times (name, soname, full version): the
+# unversioned name is what ctypes opens and the soname is what the others link against.
+LLAMA_CPP_LIB_GLOBS = ("lib*.so", "lib*.so.[0-9]", "lib*.so.[0-9][0-9]", "*.dylib", "*.dll")
+
+
+def llama_cpp_binaries(lib_dir: Path | None = None) -> list[tuple[str, str]]:
+    """(source, bundle folder) for llama.cpp's shared libraries; [] when llama-cpp-python is absent
+    (the GGUF fast path is optional: the engine then generates with transformers)."""
+    if lib_dir is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("llama_cpp")
+        if spec is None or spec.origin is None:
+            return []
+        lib_dir = Path(spec.origin).parent / "lib"
+    if not lib_dir.is_dir():
+        return []
+    found = sorted({p for pattern in LLAMA_CPP_LIB_GLOBS for p in lib_dir.glob(pattern) if p.is_file()})
+    return [(str(p), "llama_cpp/lib") for p in found]

@@ -135,3 +135,14 @@ def test_tarball_holds_the_folder_and_a_readme(tmp_path: Path) -> None:
         assert tar.getmember("sapo-swarm-9.9/sapo").mode & 0o111  # stays executable
         readme = tar.extractfile("sapo-swarm-9.9/README.txt")
         assert readme is not None and readme.read() == b"hello\n"
+
+
+def test_llama_cpp_libraries_are_named_explicitly(tmp_path: Path) -> None:
+    """ctypes loads them at run time (invisible to PyInstaller); one copy per name it opens or links."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for name in ("libllama.so", "libllama.so.0", "libllama.so.0.5.0", "libggml-base.so.0", "README.md"):
+        (lib / name).write_bytes(b"x")
+    got = [Path(src).name for src, dest in filters.llama_cpp_binaries(lib) if dest == "llama_cpp/lib"]
+    assert got == ["libggml-base.so.0", "libllama.so", "libllama.so.0"]
+    assert filters.llama_cpp_binaries(tmp_path / "missing") == []
