@@ -82,6 +82,29 @@ def summarise(arms: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def per_specialty_final(arms: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Held-out pass@1 after the last round per (setting, arm, specialty), averaged over agents and
+    seeds, separately where the agent generates the specialty ("gen") and where only peers do
+    ("peer"); "seed" is the same at round 0. Where collapse on peer-only specialties would show."""
+    acc: dict[str, dict[str, dict[str, dict[str, list[float]]]]] = {}
+    for arm in arms:
+        cfg: ArmConfig = arm["cfg"]
+        for e in arm["evals"]:
+            final = int(e["round"]) == cfg.rounds
+            if not final and int(e["round"]) != 0:
+                continue
+            flag = {"1": "gen", "0": "peer"}.get(e["generated"])
+            key = flag if final else "seed"
+            if key is None:
+                continue
+            (acc.setdefault(cfg.setting, {}).setdefault(cfg.label, {}).setdefault(e["specialty"], {})
+             .setdefault(key, []).append(float(e["pass1"])))
+    return {setting: {label: {spec: {k: round(measures.mean_or(v), 4) for k, v in sorted(d.items())}
+                              for spec, d in sorted(specs.items())}
+                      for label, specs in sorted(labels.items())}
+            for setting, labels in sorted(acc.items())}
+
+
 def _fmt(spread: dict[str, float], digits: int = 3) -> str:
     if not spread or spread.get("n", 0) == 0 or math.isnan(spread["mean"]):
         return "–"
@@ -147,7 +170,8 @@ def aggregate(out_dir: Path, window: int = 20) -> dict[str, Any]:
                    "gen = specialties the agent generates, peer = seen only from peers",
         "vs_8_0": "per-seed paired difference arm - 8/0 (same setting, seed, question draws), then "
                   "mean/sd/min/max over seeds"},
-        "arms": len(arms), "problems": problems, "settings": summarise(arms)}
+        "arms": len(arms), "problems": problems, "settings": summarise(arms),
+        "per_specialty_pass1_final": per_specialty_final(arms)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     (out_dir / "table.md").write_text(markdown_table(summary["settings"]))
     write_combined_csv(arms, out_dir / "rounds.csv", "rounds")

@@ -74,6 +74,8 @@ def test_smoke_preset_through_the_cli(tmp_path: Path, tiny: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["arms"] == 4 and summary["problems"] == []
+    per_spec = summary["per_specialty_pass1_final"]["heterogeneous"]["4/4 positive-only"]
+    assert all("seed" in v for v in per_spec.values()) and any("peer" in v for v in per_spec.values())
     for setting in ("homogeneous", "heterogeneous"):
         arms = summary["settings"][setting]
         assert set(arms) == {"8/0", "4/4 positive-only"}
