@@ -135,7 +135,7 @@ def run_train(args: argparse.Namespace) -> int:
             for _ in range(args.rounds):
                 result = trainer.run_round()
                 if not args.quiet:
-                    progress.console.print(round_line(result))
+                    progress.console.print(round_line(result), soft_wrap=True)
                 if result.eval is not None:
                     progress.console.print(f"held-out @ round {result.round}: pass@1 {result.eval.pass1:.3f} "
                                            f"pass@{result.eval.k} {result.eval.passk:.3f}")

@@ -62,7 +62,8 @@ class SapoConfig:
     prompt_style: str = "compact"  # task prompt template: "compact" (seed model) or "chat-text"
     dataset_seed: int = 1000  # ReasoningGym dataset seed training questions are drawn from
     micro_batch: int = 64  # max completions per forward/backward chunk (memory bound; not the step size)
-    micro_batch_tokens: int = 2048  # max rows x padded completion length per chunk (rows go by length)
+    micro_batch_tokens: int = 2048  # max packed positions (prompts + completions) per forward/backward chunk
+    pack_len: int = 256  # max positions of one packed sequence (attention cost grows with its square)
     checkpoint_every: int = 10  # rounds between checkpoints (and one on clean stop); 0 = only on stop
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     eval_every: int = 100  # rounds between held-out evaluations; 0 = never during training
@@ -104,6 +105,7 @@ class SapoConfig:
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
         _int("micro_batch", self.micro_batch, 1, 4096)
         _int("micro_batch_tokens", self.micro_batch_tokens, 1, 2**24)
+        _int("pack_len", self.pack_len, 1, 2**20)
         _int("checkpoint_every", self.checkpoint_every, 0)
         _int("keep_checkpoints", self.keep_checkpoints, 1, 1000)
         _int("eval_every", self.eval_every, 0)

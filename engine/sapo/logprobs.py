@@ -90,84 +90,109 @@ def token_logprobs(model: Any, batch: TokenBatch, temperature: float,
 
 
 @dataclass(frozen=True)
-class PrefixBatch:
-    """Rows that share prompts: each distinct prompt is run once, its KV cache gathered per row.
+class PackedBatch:
+    """Rows packed without padding between them: each distinct prompt once, then its completions
+    back to back, each completion attending to its prompt and to itself only (a block mask), its
+    positions restarting after the prompt. Several prompts' units may share one packed sequence.
 
-    prompt_ids:       [P, Tp] distinct prompts, left-padded
-    prompt_mask:      [P, Tp]
-    row_prompt:       [B] index into the prompts for each row
+    input_ids:        [S, T] packed sequences, right-padded
+    position_ids:     [S, T]
+    attention:        [S, 1, T, T] bool, True = may attend
+    row_seq:          [B] packed sequence of each row
+    predict_pos:      [B, C] position in its sequence whose logits predict completion token j
     completion_ids:   [B, C] right-padded
     completion_mask:  [B, C] float, 1 on real tokens
     """
 
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    row_prompt: torch.Tensor
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    attention: torch.Tensor
+    row_seq: torch.Tensor
+    predict_pos: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
 
-    def to(self, device: Any) -> PrefixBatch:
-        return PrefixBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.row_prompt,
-                                                    self.completion_ids, self.completion_mask)))
+    def to(self, device: Any) -> PackedBatch:
+        return PackedBatch(*(t.to(device) for t in (self.input_ids, self.position_ids, self.attention, self.row_seq,
+                                                    self.predict_pos, self.completion_ids, self.completion_mask)))
 
 
-def build_prefix_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                       pad_id: int) -> PrefixBatch:
-    """Pack rows, deduplicating identical prompts (a GRPO group's L rows share one)."""
+def build_packed_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                       pad_id: int, max_len: int | None = None) -> PackedBatch:
+    """Pack rows; rows with identical prompt ids form one unit (a GRPO group's L rows share a prompt).
+
+    Units go first-fit, longest first, into packed sequences of at most `max_len` positions (a longer
+    unit gets its own); `max_len=None` gives every unit its own sequence. Attention work grows with
+    the square of a sequence's length, padding with the spread of lengths: a few hundred suits both.
+    """
     if len(prompt_ids) != len(completion_ids) or not prompt_ids:
         raise ValueError("need one prompt per completion, at least one row")
     if any(len(p) == 0 for p in prompt_ids) or any(len(c) == 0 for c in completion_ids):
         raise ValueError("empty prompt or completion")
-    index: dict[tuple[int, ...], int] = {}
-    row_prompt = [index.setdefault(tuple(p), len(index)) for p in prompt_ids]
-    distinct = list(index)
-    width = max(len(p) for p in distinct)
-    p_ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
-    p_mask = torch.zeros((len(distinct), width), dtype=torch.long)
-    for i, p in enumerate(distinct):
-        p_ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        p_mask[i, width - len(p):] = 1
-    c_width = max(len(c) for c in completion_ids)
-    comp = torch.full((len(completion_ids), c_width), pad_id, dtype=torch.long)
-    comp_mask = torch.zeros((len(completion_ids), c_width), dtype=torch.float32)
-    for i, c in enumerate(completion_ids):
-        comp[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
-        comp_mask[i, :len(c)] = 1.0
-    return PrefixBatch(p_ids, p_mask, torch.tensor(row_prompt, dtype=torch.long), comp, comp_mask)
+    units: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompt_ids):
+        units.setdefault(tuple(p), []).append(i)
+    sizes = {p: len(p) + sum(len(completion_ids[i]) for i in rows) for p, rows in units.items()}
+    seqs: list[list[tuple[int, ...]]] = []
+    used: list[int] = []
+    for p in sorted(units, key=lambda q: -sizes[q]):  # stable: ties keep first-seen order
+        fit = next((s for s, n in enumerate(used) if max_len is not None and n + sizes[p] <= max_len), None)
+        if fit is None:
+            seqs.append([p])
+            used.append(sizes[p])
+        else:
+            seqs[fit].append(p)
+            used[fit] += sizes[p]
+    width, c_width, n_rows = max(used), max(len(c) for c in completion_ids), len(prompt_ids)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(seqs), width), dtype=torch.long)
+    doc = torch.full((len(seqs), width), -1, dtype=torch.long)  # which unit; -1 padding
+    segment = torch.zeros((len(seqs), width), dtype=torch.long)  # 0 prompt, k+1 completion k
+    row_seq = torch.zeros(n_rows, dtype=torch.long)
+    predict = torch.zeros((n_rows, c_width), dtype=torch.long)
+    comp = torch.full((n_rows, c_width), pad_id, dtype=torch.long)
+    comp_mask = torch.zeros((n_rows, c_width), dtype=torch.float32)
+    for s, unit_prompts in enumerate(seqs):
+        at = 0
+        for u, prompt in enumerate(unit_prompts):
+            n_p, start = len(prompt), at
+            ids[s, at:at + n_p] = torch.tensor(prompt, dtype=torch.long)
+            pos[s, at:at + n_p] = torch.arange(n_p)
+            doc[s, at:at + n_p + sizes[prompt] - n_p] = u
+            at += n_p
+            for k, r in enumerate(units[prompt]):
+                c = list(completion_ids[r])
+                ids[s, at:at + len(c)] = torch.tensor(c, dtype=torch.long)
+                pos[s, at:at + len(c)] = torch.arange(n_p, n_p + len(c))
+                segment[s, at:at + len(c)] = k + 1
+                row_seq[r] = s
+                # token 0 is predicted by the prompt's last position, token j by the completion's token j-1
+                predict[r, 0] = start + n_p - 1
+                predict[r, 1:len(c)] = torch.arange(at, at + len(c) - 1)
+                comp[r, :len(c)] = torch.tensor(c, dtype=torch.long)
+                comp_mask[r, :len(c)] = 1.0
+                at += len(c)
+    causal = torch.ones((width, width), dtype=torch.bool).tril()  # [T, T]
+    q_doc, k_doc = doc[:, :, None], doc[:, None, :]  # [S, T, 1], [S, 1, T]
+    q_seg, k_seg = segment[:, :, None], segment[:, None, :]
+    # Within one unit: its prompt is visible to all its tokens, a completion only to itself.
+    visible = (q_doc == k_doc) & (q_doc >= 0) & ((k_seg == 0) | (q_seg == k_seg))
+    pad_self = (q_doc < 0) & torch.eye(width, dtype=torch.bool)[None]  # padding sees itself (no empty rows)
+    attention = ((visible & causal[None]) | pad_self)[:, None]  # [S, 1, T, T]
+    return PackedBatch(ids, pos, attention, row_seq, predict, comp, comp_mask)
 
 
-def prefix_token_logprobs(model: Any, batch: PrefixBatch, temperature: float,
+def packed_token_logprobs(model: Any, batch: PackedBatch, temperature: float,
                           with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same result as `token_logprobs` on the unshared rows, with each prompt computed once.
-
-    The prompt pass keeps its KV cache *with* gradients; gathering it per row and running the
-    completions against it lets backward flow into the shared prompt positions, so the gradient is
-    the same as with per-row prompts, at a fraction of the prompt compute.
-    -> (logp [B, C], entropy [B, C] or None), zeros where completion_mask is 0.
-    """
-    from transformers import DynamicCache
-
+    """Same result as `token_logprobs` on the unpacked rows -> (logp [B, C], entropy [B, C] or None)."""
     t = temperature if temperature > 0 else 1.0
-    p_pos = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [P, Tp]
-    cache = DynamicCache()
-    out = model(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=p_pos,
-                cache=cache, use_cache=True, logits_to_keep=1)
-    first = out.logits[batch.row_prompt]  # [B, 1, V]: predicts each row's first completion token
-    c_width = batch.completion_ids.shape[1]
-    if c_width > 1:
-        cache.batch_select_indices(batch.row_prompt)  # [P, ...] -> [B, ...], differentiable gather
-        inputs = batch.completion_ids[:, :-1]  # [B, C-1]: token j predicts token j+1
-        mask = torch.cat([batch.prompt_mask[batch.row_prompt], batch.completion_mask[:, :-1].long()], dim=-1)
-        start = batch.prompt_mask.sum(-1)[batch.row_prompt]  # [B] first completion position
-        pos = start[:, None] + torch.arange(c_width - 1, device=start.device)[None, :]
-        rest = model(input_ids=inputs, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True).logits
-        logits = torch.cat([first, rest], dim=1)  # [B, C, V]
-    else:
-        logits = first
-    logp_all = torch.log_softmax(logits.float() / t, dim=-1)  # [B, C, V]
+    logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=batch.attention,
+                   use_cache=False).logits  # [S, T, V]
+    picked = logits[batch.row_seq[:, None], batch.predict_pos]  # [B, C, V]
+    logp_all = torch.log_softmax(picked.float() / t, dim=-1)  # [B, C, V]
     logp = torch.gather(logp_all, 2, batch.completion_ids[:, :, None]).squeeze(-1) * batch.completion_mask
     entropy = None
     if with_entropy:
-        with torch.no_grad():
+        with torch.no_grad():  # a metric, never differentiated
             entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.completion_mask  # [B, C]
     return logp, entropy

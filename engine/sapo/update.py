@@ -20,7 +20,7 @@ import torch
 from engine.sapo.config import SapoConfig
 from engine.sapo.external import apply_external_strategy
 from engine.sapo.grpo import clipped_token_objective, kl_k3, loss_denominator, masked_loss_sum
-from engine.sapo.logprobs import PrefixBatch, build_prefix_batch, prefix_token_logprobs
+from engine.sapo.logprobs import PackedBatch, build_packed_batch, packed_token_logprobs
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def make_optimizer(model: Any, cfg: SapoConfig) -> torch.optim.Optimizer:
 
 @dataclass
 class _Chunk:
-    batch: PrefixBatch
+    batch: PackedBatch
     adv: torch.Tensor  # [b] raw advantages
     external: torch.Tensor  # [b] bool
     gen_sum: torch.Tensor  # [b] generator sequence log-probs (0 where missing)
@@ -73,17 +73,24 @@ class _Chunk:
 
 
 def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> list[list[TrainRow]]:
-    """Micro-batches of rows sorted by completion length, each at most `max_rows` rows and
-    `max_tokens` padded completion tokens: similar lengths together keep padding low. The order
-    changes nothing but float summation order (gradients accumulate over all chunks)."""
+    """Micro-batches for packed forwards. A unit is one prompt's rows (at most `max_rows`), packed as
+    prompt + completions; units fill a chunk, in order, while it holds at most `max_rows` rows and
+    `max_tokens` packed positions (a longer unit goes alone). Only float summation order depends on
+    the chunking: gradients accumulate over all chunks."""
+    by_prompt: dict[tuple[int, ...], list[TrainRow]] = {}
+    for row in rows:
+        by_prompt.setdefault(row.prompt_ids, []).append(row)
+    units = [group[i:i + max_rows] for group in by_prompt.values() for i in range(0, len(group), max_rows)]
     chunks: list[list[TrainRow]] = []
     current: list[TrainRow] = []
-    for row in sorted(rows, key=lambda r: len(r.completion_ids)):
-        width = len(row.completion_ids)  # the longest so far, rows being sorted
-        if current and (len(current) + 1 > max_rows or (len(current) + 1) * width > max_tokens):
+    size = 0
+    for unit in units:
+        n = len(unit[0].prompt_ids) + sum(len(r.completion_ids) for r in unit)
+        if current and (len(current) + len(unit) > max_rows or size + n > max_tokens):
             chunks.append(current)
-            current = []
-        current.append(row)
+            current, size = [], 0
+        current.extend(unit)
+        size += n
     if current:
         chunks.append(current)
     return chunks
@@ -117,7 +124,8 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
     device = next(model.parameters()).device
     chunks: list[_Chunk] = []
     for part in _chunk_rows(kept, cfg.micro_batch, cfg.micro_batch_tokens):
-        batch = build_prefix_batch([r.prompt_ids for r in part], [r.completion_ids for r in part], pad_id)
+        batch = build_packed_batch([r.prompt_ids for r in part], [r.completion_ids for r in part], pad_id,
+                                   max_len=cfg.pack_len)
         gen = [r.generator_logp_sum if _has_gen(r) and r.generator_logp_sum is not None else 0.0 for r in part]
         chunks.append(_Chunk(batch.to(device), torch.tensor([r.advantage for r in part], device=device),
                              torch.tensor([r.external for r in part], device=device),
@@ -127,9 +135,9 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
     with torch.no_grad():
         for c in chunks:
             if cfg.num_iterations > 1:
-                c.old = prefix_token_logprobs(model, c.batch, temperature)[0]
+                c.old = packed_token_logprobs(model, c.batch, temperature)[0]
             if kl_weights:
-                c.ref = prefix_token_logprobs(ref_model, c.batch, temperature)[0]
+                c.ref = packed_token_logprobs(ref_model, c.batch, temperature)[0]
 
     params = [p for p in model.parameters() if p.requires_grad]
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
@@ -140,7 +148,7 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         optimizer.zero_grad(set_to_none=True)
         loss_total, binds_total = 0.0, 0.0
         for c in chunks:
-            logp, ent = prefix_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
+            logp, ent = packed_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
             old = c.old if c.old is not None else logp.detach()
             mask = c.batch.completion_mask  # [b, C]
             adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),

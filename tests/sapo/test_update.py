@@ -11,7 +11,7 @@ import torch
 from engine.models.generate import SampleConfig, generate
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.logprobs import build_batch, build_prefix_batch, prefix_token_logprobs, token_logprobs
+from engine.sapo.logprobs import build_batch, build_packed_batch, packed_token_logprobs, token_logprobs
 from engine.sapo.update import TrainRow, _chunk_rows, make_optimizer, policy_update
 
 
@@ -108,8 +108,8 @@ def test_kl_needs_a_reference_and_is_zero_at_the_start(tiny: tuple[Any, Any]) ->
     assert stats.kl == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
 
 
-def test_shared_prompt_forward_equals_per_row_forward(tiny: tuple[Any, Any]) -> None:
-    """Each prompt once + its KV cache gathered per row: same log-probs and same gradient."""
+def test_packed_forward_equals_per_row_forward(tiny: tuple[Any, Any]) -> None:
+    """Each prompt once, its completions packed behind it under a block mask: same log-probs, same gradient."""
     model, tok = tiny
     model = copy.deepcopy(model)
     rows = _rows(model, tok, [1.0, -1.0, 0.5, -0.5, 1.0, 1.0])
@@ -117,9 +117,9 @@ def test_shared_prompt_forward_equals_per_row_forward(tiny: tuple[Any, Any]) -> 
     comps[0] = comps[0][:1]  # a one-token completion among longer ones
     prompts = [list(r.prompt_ids) for r in rows]
     per_row, ent_a = token_logprobs(model, build_batch(prompts, comps, tok.pad_token_id), 0.7, with_entropy=True)
-    shared_batch = build_prefix_batch(prompts, comps, tok.pad_token_id)
-    assert shared_batch.prompt_ids.shape[0] == 2  # two distinct prompts for six rows
-    shared, ent_b = prefix_token_logprobs(model, shared_batch, 0.7, with_entropy=True)
+    packed_batch = build_packed_batch(prompts, comps, tok.pad_token_id)
+    assert packed_batch.input_ids.shape[0] == 2  # two distinct prompts for six rows
+    shared, ent_b = packed_token_logprobs(model, packed_batch, 0.7, with_entropy=True)
     assert torch.allclose(per_row, shared, atol=1e-5)
     assert ent_a is not None and ent_b is not None and torch.allclose(ent_a, ent_b, atol=1e-4)
     weights = torch.randn(per_row.shape, generator=torch.Generator().manual_seed(0))
@@ -131,8 +131,28 @@ def test_shared_prompt_forward_equals_per_row_forward(tiny: tuple[Any, Any]) -> 
         assert torch.allclose(a, p.grad, atol=1e-4)
 
 
-def test_chunks_follow_length_and_budgets(tiny: tuple[Any, Any]) -> None:
-    rows = [TrainRow((1,), tuple(range(n)), 1.0, False) for n in (5, 1, 3, 8, 2, 8)]
-    chunks = _chunk_rows(rows, max_rows=3, max_tokens=16)
-    # sorted lengths 1 2 3 5 8 8: [1 2 3] (3 rows), [5] (+8 would be 2 x 8 = 16 ok) -> [5 8], [8]
-    assert [[len(r.completion_ids) for r in c] for c in chunks] == [[1, 2, 3], [5, 8], [8]]
+def test_chunks_pack_whole_prompts_within_budgets(tiny: tuple[Any, Any]) -> None:
+    def row(prompt: int, n: int) -> TrainRow:
+        return TrainRow((prompt, prompt), tuple(range(n)), 1.0, False)
+
+    rows = [row(1, 5), row(2, 1), row(1, 3), row(3, 8), row(2, 2), row(3, 8), row(1, 1)]
+    # packed lengths: prompt 1 -> 2 + 5 + 3 + 1 = 11, prompt 2 -> 2 + 1 + 2 = 5, prompt 3 -> 2 + 16 = 18
+    chunks = _chunk_rows(rows, max_rows=64, max_tokens=20)
+    assert [[r.prompt_ids[0] for r in c] for c in chunks] == [[1, 1, 1, 2, 2], [3, 3]]  # 11 + 5 <= 20
+    split = _chunk_rows(rows, max_rows=2, max_tokens=1000)
+    assert all(len(c) <= 2 for c in split)
+    assert sorted(id(r) for c in split for r in c) == sorted(map(id, rows))
+
+
+def test_several_prompts_share_one_packed_sequence(tiny: tuple[Any, Any]) -> None:
+    model, tok = tiny
+    rows = _rows(model, tok, [1.0, -1.0, 0.5, -0.5, 1.0, 1.0])
+    prompts, comps = [list(r.prompt_ids) for r in rows], [list(r.completion_ids) for r in rows]
+    one = build_packed_batch(prompts, comps, tok.pad_token_id, max_len=10_000)
+    assert one.input_ids.shape[0] == 1
+    distinct = {tuple(p) for p in prompts}
+    assert one.input_ids.shape[1] == sum(map(len, comps)) + sum(map(len, distinct))  # no padding at all
+    with torch.no_grad():
+        per_row = token_logprobs(model, build_batch(prompts, comps, tok.pad_token_id), 1.0)[0]
+        packed = packed_token_logprobs(model, one, 1.0)[0]
+    assert torch.allclose(per_row, packed, atol=1e-5)
