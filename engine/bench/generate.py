@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import platform
 import random
 import statistics
@@ -89,18 +90,21 @@ def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int) -> dict[str, Any]
     for r in range(repeats):
         prompts = _prompts(loaded, mix, r)
         for name, gen in (("hf", hf), ("llamacpp", llama)):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
-            seconds = time.perf_counter() - start
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
             tokens = sum(len(c.token_ids) for g in groups for c in g)
-            out[name].append({"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds})
+            out[name].append({"seconds": seconds, "cpu_seconds": cpu_seconds, "tokens": tokens,
+                              "tokens_per_s": tokens / seconds, "tokens_per_cpu_s": tokens / cpu_seconds})
             if name == "llamacpp" and agreement is None:
                 agreement = _agreement(loaded, prompts, groups)
     summary = {name: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
+                      "tokens_per_cpu_s": statistics.median(x["tokens_per_cpu_s"] for x in runs),
                       "seconds": statistics.median(x["seconds"] for x in runs),
                       "tokens": statistics.median(x["tokens"] for x in runs), "runs": runs}
                for name, runs in out.items()}
     summary["speedup"] = summary["llamacpp"]["tokens_per_s"] / summary["hf"]["tokens_per_s"]
+    summary["speedup_cpu"] = summary["llamacpp"]["tokens_per_cpu_s"] / summary["hf"]["tokens_per_cpu_s"]
     summary["logprob_agreement"] = agreement
     return summary
 
@@ -173,7 +177,7 @@ def learn(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: in
             "train_reward_mean": statistics.fmean(h["reward"] for h in history)}
 
 
-def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | list[str] = ("seed", "smollm2-135m"),
+def run(out_dir: Path = BENCH_DIR, threads: int = 1, models: tuple[str, ...] | list[str] = ("seed", "smollm2-135m"),
         repeats: int = 3, e2e_rounds: int = 3, mix: str = "paper", max_new_tokens: int = 0,
         learn_rounds: int = 0) -> dict[str, Any]:
     import torch
@@ -182,7 +186,8 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | l
 
     torch.set_num_threads(threads)
     result: dict[str, Any] = {"machine": {"cpu": platform.processor() or platform.machine(),
-                                          "threads": threads, "torch": torch.__version__},
+                                          "threads": threads, "torch": torch.__version__,
+                                          "load_average_at_start": os.getloadavg()[0]},
                               "round": {"questions": 8, "completions": 8, "mix": mix}, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -204,6 +209,7 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | l
                 entry["learning"] = learn(arg, work, threads, mix, tokens, learn_rounds)
             result["models"][name] = entry
             gc.collect()
+    result["machine"]["load_average_at_end"] = os.getloadavg()[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "generate.json").write_text(json.dumps(result, indent=1))
     (out_dir / "generate.md").write_text(table(result) + "\n")
@@ -211,9 +217,12 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 2, models: tuple[str, ...] | l
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [f"threads {result['machine']['threads']}, 8 questions x 8 completions, mix {result['round']['mix']}",
-             "", ("| model | tokens cap | HF tok/s | llama.cpp tok/s | speedup | |Δ log-prob| mean / max "
-                  "| round s HF (gen / total) | round s llama.cpp (gen / total) |"),
+    m = result["machine"]
+    lines = [(f"threads {m['threads']}, 8 questions x 8 completions, mix {result['round']['mix']}; load average "
+             f"{m.get('load_average_at_start', 0):.1f} -> {m.get('load_average_at_end', 0):.1f} (a shared machine: "
+             "tokens per CPU-second is the steadier measure)"),
+             "", ("| model | tokens cap | HF tok/s (per CPU-s) | llama.cpp tok/s (per CPU-s) | speedup wall (CPU) "
+                  "| |Δ log-prob| mean / max | round s HF (gen / total) | round s llama.cpp (gen / total) |"),
              "|---|---|---|---|---|---|---|---|"]
     for name, e in result["models"].items():
         g = e["generate"]
@@ -224,8 +233,9 @@ def table(result: dict[str, Any]) -> str:
             return f"{rs[b]['generate']:.1f} / {rs[b]['total']:.1f}" if b in rs else "-"
 
         label = name + (" (random stand-in)" if e.get("stand_in") else "")
-        lines.append(f"| {label} | {e['max_new_tokens']} | {g['hf']['tokens_per_s']:.0f} | "
-                     f"{g['llamacpp']['tokens_per_s']:.0f} | {g['speedup']:.2f}x | "
+        lines.append(f"| {label} | {e['max_new_tokens']} | {g['hf']['tokens_per_s']:.0f} "
+                     f"({g['hf']['tokens_per_cpu_s']:.0f}) | {g['llamacpp']['tokens_per_s']:.0f} "
+                     f"({g['llamacpp']['tokens_per_cpu_s']:.0f}) | {g['speedup']:.2f}x ({g['speedup_cpu']:.2f}x) | "
                      f"{agree.get('mean_abs', float('nan')):.4f} / {agree.get('max_abs', float('nan')):.3f} | "
                      f"{cell('hf')} | {cell('llamacpp')} |")
     for name, e in result["models"].items():

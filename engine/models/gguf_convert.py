@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -355,6 +356,7 @@ def write_lora_adapter(plan: TensorPlan, pairs: Mapping[str, tuple[np.ndarray, n
 
     by_hf = plan.by_hf_name()
     tmp = out.with_name(out.name + ".part")
+    logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)  # it logs every file at INFO
     writer = gguf.GGUFWriter(str(tmp), plan.arch)
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")

@@ -4,8 +4,8 @@ What runs where: prompts are tokenized by the policy's own (transformers) tokeni
 llama.cpp as token ids, so the completions' token ids are exactly what the torch loss trains on;
 llama.cpp only produces logits. Sampling happens here in numpy with the semantics of
 `engine.models.generate` (true temperature, optional top-k / top-p, log-probs of the tempered,
-untruncated policy). Every prompt is prefilled once and its KV cells shared by its n samples
-(`llama_memory_seq_cp` on a unified cache); all live rows advance in one `llama_decode` per step.
+untruncated policy). Every prompt is prefilled once and its KV cells copied to its n samples'
+sequences (`llama_memory_seq_cp`); all live rows advance in one `llama_decode` per step.
 
 Keeping llama.cpp in step with the torch policy (`LlamaCppGenerator.sync`):
   * LoRA policies: the adapter is written as a llama.cpp LoRA GGUF and hot-swapped every update.
@@ -30,16 +30,18 @@ import numpy as np
 from engine.models.generate import MAX_BATCH_ROWS, Completion, SampleConfig, encode_prompts, eos_token_ids
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: rows (prompts x n) in one call
+BATCH_TOKENS = 512  # tokens per llama_decode call (prompt prefill is packed up to this)
 KV_TYPES = {"f32": 0, "f16": 1}  # GGML_TYPE_F32 / GGML_TYPE_F16
 
 
 # ---- sampling (pure numpy, mirrors engine.models.generate) ----------------------------------------
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
-    """x [B, V] -> log-softmax over V, in float64 (log-probs feed sums over many tokens)."""
-    x = x.astype(np.float64, copy=False)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    """x [B, V] -> log-softmax over V in float32, like the torch sampler (float64 over a 49k vocabulary
+    cost more per step than llama.cpp's forward pass)."""
+    x = x.astype(np.float32, copy=False)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def filter_logits_np(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
@@ -61,7 +63,7 @@ def filter_logits_np(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray
 
 
 def sample_rows(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One step for B rows: logits [B, V] -> (token [B] int64, logprob [B] float64).
+    """One step for B rows: logits [B, V] -> (token [B] int64, logprob [B] float32).
 
     logprob is log_softmax(logits / T)[token] over the full vocabulary (greedy: T = 1), i.e. the
     convention of `Completion.logprobs`.
@@ -70,7 +72,7 @@ def sample_rows(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator)
         logp = log_softmax(logits)
         token = logits.argmax(axis=-1)
     else:
-        scaled = logits.astype(np.float64) / cfg.temperature
+        scaled = logits.astype(np.float32) / np.float32(cfg.temperature)
         logp = log_softmax(scaled)  # [B, V] the tempered policy, untruncated
         kept = filter_logits_np(scaled, cfg.top_k, cfg.top_p) if (cfg.top_k or cfg.top_p < 1.0) else scaled
         probs = np.exp(log_softmax(kept))  # [B, V], exactly 0 outside the kept set
@@ -160,12 +162,12 @@ class LlamaCppRuntime:
         """
         if self.ctx is not None and self._ctx_size[0] >= seq_len and self._ctx_size[1] >= n_seq:
             return self.ctx
-        seq_len = max(seq_len, self._ctx_size[0], 64)
+        seq_len = max(seq_len, self._ctx_size[0])
         n_seq = max(n_seq, self._ctx_size[1])
         self._free_context()
         params = self.lib.llama_context_default_params()
         params.n_ctx = seq_len * n_seq
-        params.n_batch = params.n_ubatch = 512
+        params.n_batch = params.n_ubatch = BATCH_TOKENS
         params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = self.threads
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
@@ -192,29 +194,38 @@ class LlamaCppRuntime:
         ptr = self.lib.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).copy()  # [rows, V]
 
+    def _prefill(self, batch: Any, prompt_rows: Sequence[Sequence[int]], n: int) -> np.ndarray:
+        """Decode every prompt into sequence p * n, packed into batches of up to 512 tokens ->
+        each prompt's next-token logits [P, V]."""
+        entries = [(int(t), j, p * n, j == len(prompt) - 1) for p, prompt in enumerate(prompt_rows)
+                   for j, t in enumerate(prompt)]
+        out = []
+        for lo in range(0, len(entries), BATCH_TOKENS):
+            chunk = entries[lo:lo + BATCH_TOKENS]
+            self._decode(batch, chunk)
+            wanted = sum(1 for e in chunk if e[3])
+            if wanted:
+                out.append(self._logits(wanted))
+        return np.concatenate(out)
+
     def sample(self, prompt_rows: Sequence[Sequence[int]], n: int, cfg: SampleConfig, eos: set[int],
                seed: int) -> list[tuple[list[int], list[float], bool]]:
         """n samples per prompt -> [(tokens, logprobs, stopped)] in prompt-major order (p * n + s)."""
         rows = len(prompt_rows) * n
         if rows > MAX_SEQUENCES:
             raise ValueError(f"{rows} rows exceed llama.cpp's {MAX_SEQUENCES} sequences per context")
-        seq_len = -(-(max(len(r) for r in prompt_rows) + cfg.max_new_tokens + 1) // 64) * 64
+        # llama.cpp pads each sequence's stream to a multiple of 256 cells anyway
+        seq_len = -(-(max(len(r) for r in prompt_rows) + cfg.max_new_tokens + 1) // 256) * 256
         ctx = self._context(seq_len, rows)
         mem = self.lib.llama_get_memory(ctx)
         self.lib.llama_memory_clear(mem, True)
         rng = np.random.default_rng(seed)
-        batch = self.lib.llama_batch_init(512, 0, 1)
+        batch = self.lib.llama_batch_init(BATCH_TOKENS, 0, 1)
         try:
-            first = np.empty((rows, self.n_vocab), dtype=np.float32)
-            for p, prompt in enumerate(prompt_rows):
-                lead = p * n  # the prompt is decoded once, into its first sample's sequence, then copied
-                for lo in range(0, len(prompt), 512):
-                    chunk = [(int(t), lo + j, lead, lo + j == len(prompt) - 1)
-                             for j, t in enumerate(prompt[lo:lo + 512])]
-                    self._decode(batch, chunk)
-                first[lead:lead + n] = self._logits(1)[0]
-                for s in range(1, n):
-                    self.lib.llama_memory_seq_cp(mem, lead, lead + s, -1, -1)
+            first = np.repeat(self._prefill(batch, prompt_rows, n), n, axis=0)  # [rows, V]
+            for p in range(len(prompt_rows)):
+                for s in range(1, n):  # each prompt was decoded once, into its first sample's sequence
+                    self.lib.llama_memory_seq_cp(mem, p * n, p * n + s, -1, -1)
             pos = np.repeat([len(r) for r in prompt_rows], n)  # [rows] next position per row
             tokens: list[list[int]] = [[] for _ in range(rows)]
             logps: list[list[float]] = [[] for _ in range(rows)]
