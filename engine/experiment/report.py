@@ -16,6 +16,7 @@ from typing import Any
 from engine.experiment import measures
 from engine.experiment.config import ArmConfig
 from engine.experiment.driver import ARMS_DIR
+from engine.experiment.runner import json_safe
 
 PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}  # §5, 8 agents x 2000 rounds
 MEASURE_KEYS = ("cum_trained", "cum_generated", "pass1_all", "pass1_gen", "pass1_peer", "passk_all",
@@ -53,8 +54,9 @@ def arm_values(arm: dict[str, Any]) -> dict[str, float]:
     s = arm["summary"]
     values = {k: float(s[k]) for k in ("cum_trained", "cum_generated", "updates_per_agent", "groups_per_update",
                                        "external_per_update")}
-    values.update({k: float(v) for k, v in _final_eval(s).items()})
-    values["pass1_seed"] = float(s["evals"].get("0", {}).get("pass1_all", math.nan))
+    values.update({k: math.nan if v is None else float(v) for k, v in _final_eval(s).items()})
+    seed_pass1 = s["evals"].get("0", {}).get("pass1_all")
+    values["pass1_seed"] = math.nan if seed_pass1 is None else float(seed_pass1)
     return values
 
 
@@ -172,7 +174,7 @@ def aggregate(out_dir: Path, window: int = 20) -> dict[str, Any]:
                   "mean/sd/min/max over seeds"},
         "arms": len(arms), "problems": problems, "settings": summarise(arms),
         "per_specialty_pass1_final": per_specialty_final(arms)}
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+    (out_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=1, sort_keys=True, allow_nan=False))
     (out_dir / "table.md").write_text(markdown_table(summary["settings"]))
     write_combined_csv(arms, out_dir / "rounds.csv", "rounds")
     write_combined_csv(arms, out_dir / "evals.csv", "evals")

@@ -40,9 +40,20 @@ def _write_csv(path: Path, fields: Sequence[str], rows: Sequence[dict[str, Any]]
     os.replace(tmp, path)
 
 
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> None, recursively: the files stay strict JSON (a split with no specialty is null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=True))
+    tmp.write_text(json.dumps(json_safe(data), indent=1, sort_keys=True, allow_nan=False))
     os.replace(tmp, path)
 
 

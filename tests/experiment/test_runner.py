@@ -89,3 +89,10 @@ def test_smoke_preset_through_the_cli(tmp_path: Path, tiny: Path) -> None:
                             str(tiny), "--out", str(out)], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False,
                            timeout=120)
     assert again.returncode == 0 and "4 arm(s) already done" in again.stdout
+
+
+def test_json_safe_turns_non_finite_numbers_into_null() -> None:
+    from engine.experiment.runner import json_safe
+
+    assert json_safe({"a": float("nan"), "b": [float("inf"), 1.0], "c": "x"}) == {"a": None, "b": [None, 1.0],
+                                                                                   "c": "x"}
