@@ -19,6 +19,7 @@ from engine.experiment.driver import ARMS_DIR
 from engine.experiment.runner import json_safe
 
 PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}  # §5, 8 agents x 2000 rounds
+PAPER_ROUNDS = 2000
 MEASURE_KEYS = ("cum_trained", "cum_generated", "pass1_all", "pass1_gen", "pass1_peer", "passk_all",
                 "malformed_rate_all", "updates_per_agent", "groups_per_update", "external_per_update")
 
@@ -121,10 +122,17 @@ def _pct(diff: dict[str, float], base: dict[str, float]) -> str:
     return f"{100 * diff['mean'] / base['mean']:+.0f}%"
 
 
+def _scaled(spread: dict[str, float], rounds: int) -> dict[str, float]:
+    if not spread or not spread.get("n"):
+        return {}
+    return {**spread, **{k: spread[k] / rounds for k in ("mean", "sd", "min", "max")}}
+
+
 def markdown_table(summary: dict[str, Any]) -> str:
     """One row per setting and arm: the paper's number next to ours, (a), (b), (c), the controls.
     Cumulative values are sums over rounds of agent averages; Δ columns are paired (same seeds)."""
-    head = ("| setting | I/J | seeds | paper (a) cum. | paper Δ(a) | (a) cum. trained-on | Δ(a) | "
+    head = ("| setting | I/J | seeds | paper (a) cum. | paper ÷ 2000 rounds | paper Δ(a) | (a) cum. trained-on | "
+            "(a) ÷ rounds | Δ(a) | "
             "(b) cum. generated | Δ(b) | (c) pass@1 final | Δ pass@1 | pass@1 gen / peer-only | "
             "pass@8 | malformed | updates/agent | groups/update |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -137,8 +145,10 @@ def markdown_table(summary: dict[str, Any]) -> str:
             paper_delta = f"{100 * (paper / PAPER['8/0'] - 1):+.0f}%" if paper and split != "8/0" else "–"
             da, db = vs.get("cum_trained", {}), vs.get("cum_generated", {})
             lines.append(
-                f"| {setting} | {label} | {len(e['seeds'])} | {paper if paper else '–'} | {paper_delta} | "
-                f"{_fmt(sp.get('cum_trained', {}), 1)} | {_pct(da, base.get('cum_trained', {}))} | "
+                f"| {setting} | {label} | {len(e['seeds'])} | {paper if paper else '–'} | "
+                f"{f'{paper / PAPER_ROUNDS:.3f}' if paper else '–'} | {paper_delta} | "
+                f"{_fmt(sp.get('cum_trained', {}), 1)} | {_fmt(_scaled(sp.get('cum_trained', {}), e['rounds']))} | "
+                f"{_pct(da, base.get('cum_trained', {}))} | "
                 f"{_fmt(sp.get('cum_generated', {}), 1)} | {_fmt(db, 1)} ({_pct(db, base.get('cum_generated', {}))}) | "
                 f"{_fmt(sp.get('pass1_all', {}))} | {_fmt(vs.get('pass1_all', {}))} | "
                 f"{_fmt(sp.get('pass1_gen', {}))} / {_fmt(sp.get('pass1_peer', {}))} | "
