@@ -17,7 +17,7 @@ def test_round_bench_matches_trl_step(tmp_path: Path) -> None:
     from engine.bench import round as bench
 
     model = build_tiny_policy(tmp_path / "m", seed=0, hidden=64, layers=2)
-    result = bench.run(out_dir=tmp_path / "out", model_dir=model, steps=1, rounds=1)
+    result = bench.run(out_dir=tmp_path / "out", model_dir=model, steps=1, rounds=1, repeats=1)
     saved = json.loads((tmp_path / "out" / "round.json").read_text())
     assert saved["batch"]["rows"] == 64
     # Same batch, same optimizer settings: one step lands on the same weights, the same loss.
