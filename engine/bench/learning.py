@@ -72,9 +72,13 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
         untrained_q = heldout(untrained_mix(), cfg.eval_per_specialty, cfg.eval_seed)
         before = {"rl": _repeated(trainer, trainer.heldout_questions(), noise_repeats),
                   "untrained": _repeated(trainer, untrained_q, noise_repeats)}
+        print(f"seed: pass@1 {before['rl']['pass1_mean']:.4f} ± {before['rl']['pass1_sd']:.4f}", flush=True)
         trainer.evaluate_heldout()  # round 0 on the curve (fixed eval seed)
         for _ in range(rounds):
-            trainer.run_round()
+            result = trainer.run_round()
+            if result.eval is not None:
+                print(f"round {result.round}: pass@1 {result.eval.pass1:.4f} pass@{result.eval.k} "
+                      f"{result.eval.passk:.4f} ({time.time() - start:.0f} s)", flush=True)
         if rounds % eval_every:
             trainer.evaluate_heldout()
         after = {"rl": _repeated(trainer, trainer.heldout_questions(), noise_repeats),
