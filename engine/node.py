@@ -100,6 +100,10 @@ class Node:
         self._swarm: Any = None
         self._pool: Any = None
         self._identity: Any = None
+        self._model = config.model  # what the next trainer build loads; select_model changes it
+        self._built_model: str | None = None  # what the live trainer was built from
+        self._switching: str | None = None  # a select_model in progress
+        self._model_switches = 0
         self.finished = asyncio.Event()  # set when the worker ends (rounds limit, leave, or a crash)
         self.error: str | None = None
 
@@ -182,6 +186,42 @@ class Node:
 
         return doctor.report(can_fetch=None)
 
+    # ---- switching models -------------------------------------------------------------------------
+    async def select_model(self, model_id: str) -> None:
+        """Switch the policy's model while stopped or paused: resolve it (a catalog model downloads,
+        with ModelProgress events), check that it loads; the next join or resume trains it.
+        ValueError (an "error" ModelProgress too) when it cannot be used."""
+        from engine.control.api import ModelProgress
+        from engine.control.model_switch import prepare_model
+
+        if self._state not in ("stopped", "paused"):
+            raise ValueError(f"pause or leave before switching models (the node is {self._state})")
+        if self._switching is not None:
+            raise ValueError(f"a switch to {self._switching} is already under way")
+        self._switching = model_id
+        try:
+            label = await asyncio.to_thread(prepare_model, model_id, self.bus.publish, resolve_model)
+        finally:
+            self._switching = None
+        with self._lock:
+            self._model, self._model_label = model_id, label
+            self._model_switches += 1
+        self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,
+                                       message=f"{label}: the next round trains it"))
+        self.bus.publish(LogRecord(level="info", message=f"model switched to {label}: the next round trains it"))
+
+    def _checkpoint_dir(self, model: str) -> Path:
+        from engine.control.model_switch import checkpoint_dir_for
+
+        return checkpoint_dir_for(self.config.data_dir / "checkpoints", model, self.config.model)
+
+    def _continue_round_count(self, trainer: Any) -> None:
+        """After a switch, rounds count on from the store's newest: a model's older checkpoint must
+        not overwrite the rounds another model ran since (the store keys rounds by number)."""
+        if self._model_switches:
+            newest = self.store.rounds(limit=1)
+            trainer.round = max(trainer.round, int(newest[0]["round"]) if newest else 0)
+
     # ---- swarm ------------------------------------------------------------------------------------
     async def _start_swarm(self) -> None:
         from engine import tasks
@@ -213,7 +253,7 @@ class Node:
         return len(self._swarm.peers()) if self._swarm is not None else 0
 
     def _model_id(self) -> str:
-        return "seed" if self.config.model == "seed" else Path(self.config.model).name
+        return "seed" if self._model == "seed" else Path(self._model).name
 
     def _publish_groups(self, groups: list[RolloutGroup]) -> None:
         if self._swarm is None or self._loop is None or not groups:
@@ -245,6 +285,10 @@ class Node:
                     break
                 if not self._may_run_now():
                     continue
+                if self._built_model != self._model:  # select_model while paused: train the new one
+                    trainer.save_checkpoint()
+                    trainer = None  # free the old weights before loading the new ones
+                    trainer = self._build_trainer()
                 self._set_state("in_swarm" if self._peer_count() else "solo")
                 self._run_one_round(trainer)
                 done += 1
@@ -279,18 +323,21 @@ class Node:
             sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
         device = pick_device(self.config.device, self.settings.use_gpu)
         _set_threads(device, self.settings.cpu_cores)
-        self.bus.publish(LogRecord(level="info", message=f"loading {self.config.model} on {device} "
+        model = self._model
+        self.bus.publish(LogRecord(level="info", message=f"loading {model} on {device} "
                                    f"({self.config.backend} backend) ..."))
         import transformers
 
         transformers.logging.disable_progress_bar()  # the GUI and log show our own progress
-        loaded = load_for_node(self.config.model, self.config.backend, device, self.config.data_dir)
+        loaded = load_for_node(model, self.config.backend, device, self.config.data_dir)
         spec_id = loaded.model_id
         if loaded.prompt_style and loaded.prompt_style != sapo.prompt_style:
             sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-text prompts
         trainer = Trainer.resume(loaded.model, loaded.tokenizer, sapo, tasks.preset(self.config.mix), self.store,
-                                 self.config.data_dir / "checkpoints", self.config.seed, model_id=spec_id,
+                                 self._checkpoint_dir(model), self.config.seed, model_id=spec_id,
                                  on_event=self.bus.publish, generator=loaded.generator)
+        self._continue_round_count(trainer)
+        self._built_model = model
         with self._lock:
             self._round, self._policy_version = trainer.round, trainer.policy_version
             self._device, self._backend = device, loaded.label
@@ -368,9 +415,10 @@ def _set_threads(device: str, cores: int) -> None:
         torch.set_num_threads(cores or max(1, cpu_info().physical_cores - 1))
 
 
-def resolve_model(model: str) -> tuple[str, Path, Any]:
+def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
     """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
-    models train LoRA adapters and are downloaded from the hub on first use (with progress)."""
+    models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
+    class, e.g. engine.control.model_switch.hub_progress_class)."""
     from engine.models import catalog
     from engine.models.policy import LoraSpec
     from engine.paths import SEED_MODEL_DIR
@@ -385,7 +433,8 @@ def resolve_model(model: str) -> tuple[str, Path, Any]:
         raise ValueError(f"{model} is a GGUF build: run it with the llama.cpp backend")
     from huggingface_hub import snapshot_download
 
-    local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"]))
+    local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
+                                   tqdm_class=progress))
     return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                     "up_proj", "down_proj"))
 
