@@ -198,6 +198,9 @@ class Trainer:
     def load(self, path: str | Path) -> None:
         """Restore weights, optimizer, RNG states and counters from a checkpoint directory."""
         ckpt = load_checkpoint(path, model=self.model, optimizer=self.optimizer)
+        for group in self.optimizer.param_groups:  # the config in force wins over the saved hyperparameters
+            group.update(lr=self.cfg.lr, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
+                         weight_decay=self.cfg.weight_decay)
         self.rng.setstate(ckpt.python_rng)
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
         saved = ckpt.extra.get("config")

@@ -63,6 +63,7 @@ def test_resume_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> 
     assert resumed.config_changes == []
     changed = _trainer(model_dir, tmp_path / "b", dataclasses.replace(CFG, lr=5e-4), resume=True)
     assert changed.config_changes == ["lr"]
+    assert changed.optimizer.param_groups[0]["lr"] == 5e-4  # the new setting is the one in force
     tail = [resumed.run_round() for _ in range(2)]
     assert head[:2] + [r.metrics["loss"] for r in tail] == losses
     for a, b in zip(tail, results[2:]):  # same questions, same samples
