@@ -116,7 +116,7 @@ def desktop_entry(command: Sequence[str], *, name: str = APP_NAME, icon: str = A
     if autostart:
         lines += ["X-GNOME-Autostart-enabled=true", "NoDisplay=true"]
     else:
-        lines += ["Categories=Science;Education;Network;", "Keywords=AI;RL;swarm;volunteer;training;",
+        lines += ["Categories=Science;ArtificialIntelligence;", "Keywords=AI;RL;swarm;volunteer;training;",
                   f"StartupWMClass={APP_ID}", "StartupNotify=true"]
     return "\n".join(lines) + "\n"
 
