@@ -41,6 +41,11 @@ def _child(model: str, threads: int) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    # transformers imports model code lazily: load it before the baseline so the runtime measured
+    # is the framework's, and what comes after is the model's and the round's
+    import transformers.generation.utils  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
     baseline = _rss_bytes()
     if model == "seed":
         net = transformers.AutoModelForCausalLM.from_pretrained(SEED_MODEL_DIR, dtype=torch.float32)
