@@ -35,6 +35,12 @@ def untrained_mix() -> Any:
     })
 
 
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def _repeated(trainer: Any, questions: list[Any], repeats: int) -> dict[str, Any]:
     from engine.evaluation import evaluate
 
@@ -92,7 +98,8 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
     noise = before["rl"]["pass1_sd"]
     delta = after["rl"]["pass1_mean"] - before["rl"]["pass1_mean"]
     result = {
-        "name": name, "model": str(model_dir), "rounds": rounds, "seed": seed, "threads": threads,
+        "name": name, "model": str(model_dir), "model_sha256": _sha256(model_dir / "model.safetensors"),
+        "rounds": rounds, "seed": seed, "threads": threads,
         "config": cfg.to_dict(), "eval": {"questions_per_specialty": cfg.eval_per_specialty, "k": cfg.eval_k,
                                           "noise_repeats": noise_repeats},
         "before": before, "after": after, "curve": curve, "train_reward": train_reward,
