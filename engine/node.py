@@ -60,13 +60,15 @@ class NodeConfig:
             raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
 
 
-def make_rescorer(partial_credit: bool) -> Callable[[RolloutGroup], RolloutGroup | None]:
+def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGroup], RolloutGroup | None]:
     """The pool's gate: regenerate the question from the reference, check its hash, score every
-    completion with the *local* verifier. A forged or unknown reference gives None (dropped)."""
+    completion with the *local* verifier. A forged or unknown reference gives None (dropped).
+    Only generator settings of a preset or of `mix` (the node's own) are run: a peer can't make
+    us generate huge questions."""
     from engine import tasks
 
     def rescore(group: RolloutGroup) -> RolloutGroup | None:
-        question = tasks.verify(group.ref, group.question_hash)
+        question = tasks.verify(group.ref, group.question_hash, mix)
         if question is None:
             return None
         rewards = tuple(tasks.score(question, c, partial_credit=partial_credit) for c in group.completions)
@@ -230,7 +232,8 @@ class Node:
         from engine.swarm.service import SwarmService
 
         self._identity = Identity.load_or_create(self.config.data_dir)
-        self._pool = RolloutPool(self.config.swarm.pool, make_rescorer(self.config.sapo.partial_credit))
+        self._pool = RolloutPool(self.config.swarm.pool,
+                                 make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)))
         swarm_cfg = self.config.swarm
         if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
             swarm_cfg = dataclasses.replace(
