@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import platform
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,17 +170,35 @@ def _idle_windows() -> float | None:
     return (windll.kernel32.GetTickCount() - info.dwTime) / 1000.0
 
 
+# Xlib is not thread-safe unless XInitThreads ran first; every node worker (and a GUI sharing the
+# process) may probe idle time at once, which corrupted the heap ("malloc(): unaligned tcache chunk").
+_XLIB_LOCK = threading.Lock()
+
+
 def _idle_x11() -> float | None:
+    with _XLIB_LOCK:
+        return _idle_x11_locked()
+
+
+class _XScreenSaverInfo(ctypes.Structure):
+    _fields_ = [("window", ctypes.c_ulong), ("state", ctypes.c_int), ("kind", ctypes.c_int),
+                ("til_or_since", ctypes.c_ulong), ("idle", ctypes.c_ulong), ("eventMask", ctypes.c_ulong)]
+
+
+@functools.cache
+def _x11_libraries() -> tuple[Any, Any] | None:
+    """libX11 and libXss, found once: find_library runs `ldconfig -p`, too slow for once a round."""
     xlib_name, xss_name = ctypes.util.find_library("X11"), ctypes.util.find_library("Xss")
     if not xlib_name or not xss_name:
         return None
+    return ctypes.cdll.LoadLibrary(xlib_name), ctypes.cdll.LoadLibrary(xss_name)
 
-    class XScreenSaverInfo(ctypes.Structure):
-        _fields_ = [("window", ctypes.c_ulong), ("state", ctypes.c_int), ("kind", ctypes.c_int),
-                    ("til_or_since", ctypes.c_ulong), ("idle", ctypes.c_ulong),
-                    ("eventMask", ctypes.c_ulong)]
 
-    xlib, xss = ctypes.cdll.LoadLibrary(xlib_name), ctypes.cdll.LoadLibrary(xss_name)
+def _idle_x11_locked() -> float | None:
+    libraries = _x11_libraries()
+    if libraries is None:
+        return None
+    xlib, xss = libraries
     xlib.XOpenDisplay.restype = ctypes.c_void_p
     display = xlib.XOpenDisplay(None)
     if not display:
@@ -186,11 +206,16 @@ def _idle_x11() -> float | None:
     try:
         xlib.XDefaultRootWindow.restype = ctypes.c_ulong
         root = xlib.XDefaultRootWindow(ctypes.c_void_p(display))
-        xss.XScreenSaverAllocInfo.restype = ctypes.POINTER(XScreenSaverInfo)
+        xss.XScreenSaverAllocInfo.restype = ctypes.POINTER(_XScreenSaverInfo)
         info = xss.XScreenSaverAllocInfo()
-        if not xss.XScreenSaverQueryInfo(ctypes.c_void_p(display), ctypes.c_ulong(root), info):
+        if not info:
             return None
-        return info.contents.idle / 1000.0
+        try:
+            if not xss.XScreenSaverQueryInfo(ctypes.c_void_p(display), ctypes.c_ulong(root), info):
+                return None
+            return float(info.contents.idle) / 1000.0
+        finally:
+            xlib.XFree(info)  # allocated by Xss on every probe (once a round): never leak it
     finally:
         xlib.XCloseDisplay(ctypes.c_void_p(display))
 
