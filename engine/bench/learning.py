@@ -17,10 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.paths import BENCH_DIR, SEED_MODEL_DIR
+from engine.paths import BENCH_DIR, REPO_ROOT, SEED_MODEL_DIR
 
 DESCRIPTION = "solo RL on the seed: held-out pass@1 curve vs the eval's own noise (long: ~30 min)"
 LONG = True  # skipped by `sapo bench all` unless asked for
+
+
+def _shown(path: Path) -> str:
+    """A model path as the report shows it: relative to the repository when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def untrained_mix() -> Any:
@@ -98,7 +104,7 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
     noise = before["rl"]["pass1_sd"]
     delta = after["rl"]["pass1_mean"] - before["rl"]["pass1_mean"]
     result = {
-        "name": name, "model": str(model_dir), "model_sha256": _sha256(model_dir / "model.safetensors"),
+        "name": name, "model": _shown(model_dir), "model_sha256": _sha256(model_dir / "model.safetensors"),
         "rounds": rounds, "seed": seed, "threads": threads,
         "config": cfg.to_dict(), "eval": {"questions_per_specialty": cfg.eval_per_specialty, "k": cfg.eval_k,
                                           "noise_repeats": noise_repeats},

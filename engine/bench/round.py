@@ -21,9 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.paths import BENCH_DIR, SEED_MODEL_DIR
+from engine.paths import BENCH_DIR, REPO_ROOT, SEED_MODEL_DIR
 
 DESCRIPTION = "one paper-sized round per phase, and our GRPO update vs TRL's GRPOTrainer"
+
+
+def _shown(path: Path) -> str:
+    """A model path as the report shows it: relative to the repository when inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 def _batch(model: Any, tok: Any, cfg: Any, seed: int) -> tuple[list[Any], dict[str, Any]]:
@@ -181,7 +187,7 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
     fresh, _ = load_policy(model_dir)
     our_loss = policy_update(fresh, make_optimizer(fresh, cfg), rows, cfg, tok.pad_token_id).loss
     result: dict[str, Any] = {
-        "model": str(model_dir), "parameters": sum(p.numel() for p in model.parameters()),
+        "model": _shown(model_dir), "parameters": sum(p.numel() for p in model.parameters()),
         "threads": threads, "torch": torch.__version__, "trl": trl_version, "machine": platform.processor() or
         platform.machine(), "batch": info, "round_phases_s": _phases(model_dir, rounds, seed),
         "update_s": {"ours_min": min(ours), "ours_median": statistics.median(ours), "ours_all": ours,
