@@ -52,6 +52,18 @@ class NodeModel:
                 setattr(self, key, value)
         self.version += 1
 
+    def apply_identity(self, status: dict[str, Any]) -> None:
+        """What events don't carry (model, device, backend, names) from a later `status` reply; the
+        state and counters stay with the events, which may be newer than the reply."""
+        changed = False
+        for key in ("model", "device", "backend", "peer_name", "data_dir"):
+            value = status.get(key)
+            if isinstance(value, str) and value != getattr(self, key):
+                setattr(self, key, value)
+                changed = True
+        if changed:
+            self.version += 1
+
     def apply_state(self, event: StateChanged) -> None:
         if event.state in NODE_STATES:
             self.state, self.detail = event.state, event.detail

@@ -36,6 +36,24 @@ def human_bytes(value: Any) -> str:
     return "–"
 
 
+def short_model_name(model: str) -> str:
+    """A catalog id as it is; a model directory by its folder name (a full path is too long to show)."""
+    return model.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1][:40]
+
+
+def progress_text(progress: ModelProgress) -> str:
+    """One line per phase; the same words as the reply to the switch call, whichever lands last."""
+    name = short_model_name(progress.model_id)
+    if progress.phase == "download":
+        share = f" {100 * min(1.0, progress.done / progress.total):.0f}%" if progress.total > 0 else ""
+        return f"Downloading {name}{share}" + (f" ({progress.message})" if progress.message else "")
+    if progress.phase in ("load", "convert"):
+        return f"{'Loading' if progress.phase == 'load' else 'Converting'} {name}…"
+    if progress.phase == "ready":
+        return f"Switched to {name}: the next round trains it."
+    return f"Could not switch to {name}: {progress.message or progress.phase}"
+
+
 def _get(data: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(data, dict):
@@ -102,12 +120,16 @@ class MachineView(QWidget):
         self.progress.setVisible(False)
         self.progress_label = QLabel()
         self.progress_label.setProperty("role", "hint")
+        self.progress_label.setWordWrap(True)  # errors can be long: wrap, never widen the window
         actions.addWidget(self.switch_button)
         actions.addWidget(self.refresh_button)
         actions.addWidget(self.progress, 1)
-        actions.addWidget(self.progress_label)
+        actions.addWidget(self.progress_label, 2)
         layout.addLayout(actions)
         self._progress_seen: ModelProgress | None = None
+        self._switching = False  # a switch is downloading / loading
+        self._switch_allowed = True  # the node is stopped or paused (it refuses a switch otherwise)
+        self._current = ""  # the model the node trains (its status "model"), marked in the table
 
     def _label(self, pick: bool, key: str, value: Any) -> None:
         self.labels[f"{pick}:{key}"].setText(_text(value))
@@ -147,6 +169,33 @@ class MachineView(QWidget):
                 if col == 4 and isinstance(value, str):
                     item.setForeground(Qt.GlobalColor.darkGreen if value in VERDICT_COLORS else Qt.GlobalColor.darkRed)
                 self.table.setItem(i, col, item)
+        self._mark_current()
+
+    def set_current_model(self, model: str, switch_allowed: bool) -> None:
+        """Mark the row of the model the node trains; the switch button works while stopped or paused."""
+        name = short_model_name(model)
+        if name != self._current:
+            self._current = name
+            self._mark_current()
+        if switch_allowed != self._switch_allowed:
+            self._switch_allowed = switch_allowed
+            self._update_switch_button()
+
+    def _mark_current(self) -> None:
+        for row in range(self.table.rowCount()):
+            item = self.table.item(row, 0)
+            if item is None:
+                continue
+            current = item.text() == self._current
+            font = item.font()
+            if font.bold() != current:
+                font.setBold(current)
+                item.setFont(font)
+            item.setToolTip("the model this node trains" if current else "")
+
+    def _update_switch_button(self) -> None:
+        self.switch_button.setEnabled(self._switch_allowed and not self._switching)
+        self.switch_button.setToolTip("" if self._switch_allowed else "Pause or leave the swarm to switch models.")
 
     def _switch(self) -> None:
         row = self.table.currentRow()
@@ -160,14 +209,18 @@ class MachineView(QWidget):
         self._progress_seen = progress
         done_phase = progress.phase in ("ready", "error")
         self.progress.setVisible(not done_phase)
-        self.switch_button.setEnabled(done_phase)
+        self._switching = not done_phase
+        self._update_switch_button()
         if progress.total > 0:
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * min(1.0, progress.done / progress.total)))
         else:
             self.progress.setRange(0, 0)  # unknown total: a busy indicator
-        self.progress_label.setText(f"{progress.model_id}: {progress.phase}"
-                                    + (f" ({progress.message})" if progress.message else ""))
+        self.show_message(progress_text(progress), error=progress.phase == "error")
 
-    def show_message(self, text: str) -> None:
+    def show_message(self, text: str, *, error: bool = False) -> None:
         self.progress_label.setText(text)
+        self.progress_label.setToolTip(text)
+        if self.progress_label.property("role") != ("error" if error else "hint"):
+            self.progress_label.setProperty("role", "error" if error else "hint")
+            self.progress_label.style().polish(self.progress_label)

@@ -32,10 +32,12 @@ from app.theme import STATE_COLORS, app_icon, dot
 from app.tray import TrayIcon
 from app.views.dashboard import DashboardView
 from app.views.log import LogView
-from app.views.machine import MachineView
+from app.views.machine import MachineView, progress_text, short_model_name
 from app.views.peers import PeersView
 from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
+from engine.control.api import ModelProgress
+from engine.events import StateChanged
 
 MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stalls the event loop
 
@@ -49,6 +51,8 @@ class MainWindow(QMainWindow):
         self._stop_engine = stop_engine  # set when this app started the engine process
         self._quitting = False
         self._busy = False  # a join/leave call is in flight
+        self._status_calls = 0  # status refreshes in flight (header identity)
+        self._status_stale = False  # asked again while one was in flight
         self._told_about_tray = False
         self.setWindowTitle("SAPO Swarm")
         self.setWindowIcon(app_icon())
@@ -168,11 +172,15 @@ class MainWindow(QMainWindow):
     # --- the timer: inbox -> models -> visible views -------------------------------------------------
     def tick(self) -> None:
         self.ticks += 1
+        identity_changed = False
         for item in self.bridge.take(MAX_ITEMS_PER_TICK):  # the rest waits for the next tick, in order
             if isinstance(item, LinkChange):
                 self._link_change(item)
             else:
                 self.model.apply(item)
+                identity_changed |= isinstance(item, (StateChanged, ModelProgress))
+        if identity_changed:
+            self.refresh_status()
         self._update_header()
         self._refresh_views()
 
@@ -227,7 +235,7 @@ class MainWindow(QMainWindow):
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")
         self.stats["policy_version"].setText(f"v{node.policy_version:,}")
-        self.stats["model"].setText(node.model.replace("\\", "/").rsplit("/", 1)[-1][:32] or "–")  # a path: its name
+        self.stats["model"].setText(short_model_name(node.model) or "–")
         self.stats["model"].setToolTip(node.model)
         join_mode = node.state == "stopped"
         self.join_button.setText("Join the swarm" if join_mode else
@@ -239,6 +247,27 @@ class MainWindow(QMainWindow):
         self.pause_button.setVisible(node.state in ("solo", "in_swarm", "joining"))
         self.pause_button.setEnabled(node.connected)
         self.resume_button.setVisible(node.state in ("paused", "pausing"))
+        self.machine.set_current_model(node.model, node.connected and node.state in ("stopped", "paused"))
+
+    def refresh_status(self) -> None:
+        """The header's model, device and backend change when a join loads the model or a model
+        switch lands; events don't carry them, so ask for the status (one call in flight at most)."""
+        if not self.model.node.connected:
+            return
+        if self._status_calls:
+            self._status_stale = True
+            return
+        self._status_calls += 1
+
+        def reply(result: Any, _error: str | None) -> None:
+            self._status_calls -= 1
+            if isinstance(result, dict):
+                self.model.node.apply_identity(result)
+                self._update_header()
+            if self._status_stale:
+                self._status_stale = False
+                self.refresh_status()
+        self.bridge.call("status", None, reply)
 
     # --- actions (all non-blocking) -----------------------------------------------------------------
     def _call(self, method: str, params: dict[str, Any] | None = None,
@@ -299,9 +328,15 @@ class MainWindow(QMainWindow):
         self._call("machine", None, done)
 
     def _switch_model(self, model_id: str) -> None:
-        def reply(_result: Any, error: str | None) -> None:
-            self.machine.show_message(f"Could not switch: {error}" if error else f"Switched to {model_id}.")
-        self.machine.show_message(f"Switching to {model_id}…")
+        name = short_model_name(model_id)
+
+        def reply(_result: Any, error: str | None) -> None:  # the same words as the progress events
+            if error is not None:
+                self.machine.show_message(progress_text(ModelProgress(model_id, "error", 0, 0, error)), error=True)
+                return
+            self.machine.show_message(progress_text(ModelProgress(model_id, "ready", 1, 1)))
+            self.refresh_status()
+        self.machine.show_message(f"Switching to {name}…")
         self.bridge.call("select_model", {"model_id": model_id}, reply)
 
     # --- window and app lifetime ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from app.models.feed import FeedModel
 from app.models.peers import PeersModel
 
 COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used")
-FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual"}
+FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
 
 
 def ago(ts: float, now: float | None = None) -> str:

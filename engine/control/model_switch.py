@@ -30,7 +30,7 @@ def hub_progress_class(model_id: str, emit: Emit) -> type:
     ("download" phase, bytes) instead of drawing a bar. The hub opens several bars; only the one that
     counts bytes written ("Reconstructing…", plain HTTP and Xet alike) is reported, not the
     transfer bar ("Downloading bytes") nor the file counter."""
-    from tqdm.std import tqdm
+    from tqdm.std import tqdm  # type: ignore[import-untyped]
 
     class HubProgress(tqdm):  # type: ignore[misc,type-arg]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -97,8 +97,7 @@ def _prepare(model_id: str, emit: Emit, resolve: Resolve) -> str:
     try:
         label, path, _lora = resolve(key, hub_progress_class(model_id, emit))
     except (OSError, ValueError, KeyError) as exc:  # the hub's errors are OSErrors (offline, 404, gated)
-        raise ModelSwitchError(f"could not fetch {model_id}: {_first_line(exc)} "
-                               "(check the internet connection, or pick a model already on this machine)") from exc
+        raise ModelSwitchError(_fetch_error(model_id, exc)) from exc
     emit(ModelProgress(model_id=model_id, phase="load", done=0, total=0, message=f"checking {path}"))
     _check_loads(path)
     return label
@@ -117,6 +116,16 @@ def _check_loads(path: Path) -> None:
         raise ModelSwitchError(f"{path.name} does not load: {_first_line(exc)}") from exc
     if not any(a.endswith("ForCausalLM") for a in (getattr(config, "architectures", None) or [])):
         raise ModelSwitchError(f"{path.name} is not a causal language model ({config.architectures})")
+
+
+def _fetch_error(model_id: str, exc: BaseException) -> str:
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if isinstance(exc, LocalEntryNotFoundError):  # no connection (or offline mode) and nothing cached
+        cause = f" ({_first_line(exc.__cause__)})" if exc.__cause__ is not None else ""
+        return (f"cannot download {model_id}: the Hugging Face hub is unreachable{cause} and no copy is cached "
+                "here; check the internet connection, or pick a model already on this machine")
+    return f"cannot download {model_id}: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,9 +1,10 @@
-"""The control API end to end: a real websocket server on 127.0.0.1 in front of the injected node."""
+"""The control API end to end: a real websocket server on 127.0.0.1 in front of the real node."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -47,8 +48,10 @@ def test_no_token_no_access(engine: EngineThread) -> None:
 
 
 def test_wrong_token_is_refused_and_closed(engine: EngineThread) -> None:
+    wrong = engine.token[:-1] + ("A" if engine.token[-1] != "A" else "B")
+
     async def attempt() -> None:
-        client = ControlClient(engine.url, engine.token[:-1] + ("A" if engine.token[-1] != "A" else "B"))
+        client = ControlClient(engine.url, wrong)
         with pytest.raises(ControlError) as info:
             await client.connect()
         assert info.value.code == ErrorCode.UNAUTHORIZED
@@ -56,7 +59,14 @@ def test_wrong_token_is_refused_and_closed(engine: EngineThread) -> None:
         assert not client.connected
         await client.close()
     asyncio.run(attempt())
-    assert engine.node.calls == []
+    # a join pipelined right behind a wrong token is never run
+    auth = json.dumps({"id": 1, "method": "auth", "params": {"token": wrong}})
+    replies, code = asyncio.run(_raw(engine.url, auth, '{"id": 2, "method": "join"}'))
+    assert code == 1008 and [r["id"] for r in replies] == [1]
+    assert replies[0]["error"]["code"] == ErrorCode.UNAUTHORIZED
+    time.sleep(0.3)
+    assert engine.status()["state"] == "stopped" and engine.status()["round"] == 0
+    assert engine.node.history()["rounds"] == [] and engine.server.refused == 2
 
 
 def test_silent_clients_are_dropped_after_the_auth_timeout(engine: EngineThread) -> None:
@@ -101,9 +111,9 @@ def test_bad_requests_get_errors_and_the_session_survives(engine: EngineThread) 
             with pytest.raises(ControlError) as info:  # the node's own validation
                 await client.call("update_settings", {"changes": {"bootstrap_url": "http://x"}})
             assert info.value.code == ErrorCode.REJECTED and "ws://" in info.value.message
-            with pytest.raises(ControlError) as info:  # optional feature the node lacks
-                await client.call("select_model", {"model_id": "qwen2.5-0.5b-instruct"})
-            assert info.value.code == ErrorCode.NOT_SUPPORTED
+            with pytest.raises(ControlError) as info:  # the node's own check, with the ids it knows
+                await client.call("select_model", {"model_id": "no-such-model"})
+            assert info.value.code == ErrorCode.REJECTED and "unknown model 'no-such-model'" in info.value.message
             status = await client.call("status")
             assert status["state"] == "stopped" and set(status) >= {"round", "policy_version", "peers"}
             settings = await client.call("update_settings", {"changes": {"cpu_cores": 3}})
@@ -113,27 +123,35 @@ def test_bad_requests_get_errors_and_the_session_survives(engine: EngineThread) 
     assert "cpu_cores = 3" in (engine.data_dir / "settings.toml").read_text()
 
 
-def test_events_are_pushed_after_subscribe_and_calls_run_concurrently(engine: EngineThread) -> None:
-    async def session() -> list[Any]:
+def test_events_are_pushed_after_subscribe_and_calls_run_concurrently(slow_engine: EngineThread) -> None:
+    engine = slow_engine
+
+    async def session() -> tuple[list[Any], list[Any]]:
         async with ControlClient(engine.url, engine.token) as client:
             await client.subscribe(replay=False)
             await client.call("join")
-            await asyncio.sleep(0.3)
-            # leave waits for the round in flight; status must still answer meanwhile
-            engine.loop.call_soon_threadsafe(engine.node.gate.clear)  # hold the round in flight
+            first: list[Any] = []
+            async for event in client.events():
+                first.append(event)
+                if isinstance(event, RoundCompleted):
+                    break
+            while (await client.call("status"))["round"] < 1:  # round 1's bookkeeping done: round 2 runs
+                await asyncio.sleep(0.005)
+            # leave waits for the round in flight (~1 s); status must still answer meanwhile
             leave = asyncio.create_task(client.call("leave"))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
             status = await client.call("status")
-            assert status["state"] == "leaving" and not leave.done()
-            engine.loop.call_soon_threadsafe(engine.node.gate.set)
+            assert status["state"] == "leaving" and status["round"] == 1 and not leave.done()
             await leave
             await asyncio.sleep(0.1)
-            return client.drain_events()
-    events = asyncio.run(session())
-    states = [e.state for e in events if isinstance(e, StateChanged)]
-    assert states[:2] == ["joining", "in_swarm"] and states[-1] == "stopped" and "leaving" in states
-    rounds = [e for e in events if isinstance(e, RoundCompleted)]
-    assert len(rounds) >= 2 and [r.round for r in rounds] == sorted(r.round for r in rounds)
+            return first, client.drain_events()
+    first, rest = asyncio.run(session())
+    states = [e.state for e in first + rest if isinstance(e, StateChanged)]
+    assert states[:2] == ["joining", "solo"] and states[-2:] == ["leaving", "stopped"]
+    rounds = [e.round for e in first + rest if isinstance(e, RoundCompleted)]
+    assert rounds == [1, 2]  # the round in flight finished, then the node stopped
+    assert [r["round"] for r in engine.node.history()["rounds"]] == [1, 2]
+    assert engine.status()["state"] == "stopped"
 
 
 def test_shutdown_runs_the_engines_callback(engine: EngineThread) -> None:

@@ -168,3 +168,29 @@ def test_decimate_keeps_extremes_and_the_newest_points() -> None:
     assert dx[-1] >= 980 and np.all(np.diff(dx) >= 0)
     sx, _ = decimate(x[:50], y[:50], 100)  # small series pass through untouched
     assert sx is not None and len(sx) == 50
+
+
+def test_status_refresh_updates_identity_but_never_state_or_counters() -> None:
+    node = NodeModel()
+    node.apply_state(StateChanged(state="solo"))
+    node.apply_round(_round(7, 0.5))
+    version = node.version
+    node.apply_identity({"state": "stopped", "round": 3, "model": "tiny-b", "device": "cpu", "backend": 5})
+    assert (node.state, node.round, node.model, node.device, node.backend) == ("solo", 7, "tiny-b", "cpu", "")
+    assert node.version == version + 1
+    node.apply_identity({"model": "tiny-b", "device": "cpu"})
+    assert node.version == version + 1  # nothing changed: no redraw
+
+
+def test_model_switch_progress_text() -> None:
+    from app.views.machine import progress_text, short_model_name
+    from engine.control.api import ModelProgress
+
+    assert short_model_name("/home/me/models/tiny-b/") == "tiny-b" and short_model_name("qwen3-0.6b") == "qwen3-0.6b"
+    assert progress_text(ModelProgress("qwen3-0.6b", "download", 256, 1024, "0.2 of 1.0 MiB")) == \
+        "Downloading qwen3-0.6b 25% (0.2 of 1.0 MiB)"
+    assert progress_text(ModelProgress("qwen3-0.6b", "download", 0, 0)) == "Downloading qwen3-0.6b"
+    assert progress_text(ModelProgress("C:\\models\\tiny", "load", 0, 0)) == "Loading tiny…"
+    assert progress_text(ModelProgress("/m/tiny-b", "ready", 1, 1)) == "Switched to tiny-b: the next round trains it."
+    assert progress_text(ModelProgress("x", "error", 0, 0, "unknown model 'x'")) == \
+        "Could not switch to x: unknown model 'x'"
