@@ -205,8 +205,8 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
         if backend == "transformers":  # e.g. on CUDA: the dequantized weights generate in torch
             return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, HFGenerator(), backend,
                                               "transformers (GGUF dequantized, LoRA)", None))
-        gen: Generator = llamacpp_generator_for(torch_model, Path(spec.local_path), work / spec.id, lora=lora,
-                                                cfg=llamacpp_cfg)
+        base = dequantized_cached(Path(spec.local_path), work / "converted")
+        gen: Generator = llamacpp_generator_for(torch_model, base, work / spec.id, lora=lora, cfg=llamacpp_cfg)
         return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, gen, "llamacpp",
                                           "llama.cpp + transformers (LoRA)", None))
 
@@ -254,6 +254,18 @@ def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
         loaded.tokenizer = ChatTemplateTokenizer(loaded.tokenizer)
     loaded.prompt_style = spec.prompt_style
     return loaded
+
+
+def dequantized_cached(gguf_file: Path, out_dir: Path) -> Path:
+    """An F16 copy of a quantized GGUF, made once (see gguf_convert.dequantized_copy for why)."""
+    from engine.models.gguf_convert import dequantized_copy
+
+    st = gguf_file.stat()
+    key = hashlib.sha256(f"{gguf_file.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = out_dir / f"{gguf_file.stem}-{key}-f16.gguf"
+    if not out.is_file():
+        dequantized_copy(gguf_file, out)
+    return out
 
 
 def convert_cached(model_dir: Path, out_dir: Path, outtype: str = "f32") -> Path:

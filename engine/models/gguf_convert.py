@@ -336,6 +336,40 @@ def refresh_weights(template: Path, plan: TensorPlan, weights: Mapping[str, Any]
     return out
 
 
+def dequantized_copy(src: Path, out: Path) -> Path:
+    """`src` with every quantized tensor stored as F16 (F32 tensors stay F32), all metadata kept.
+
+    For a 4-bit catalog GGUF: the torch policy trains on the dequantized weights, and llama.cpp
+    generating from the same values in F16 both matches it far better than 4-bit kernels (which also
+    round activations to 8 bits) and, on CPUs, decodes batches faster than the Q4_1 kernels.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(str(src))
+    arch = str(_field(reader, "general.architecture"))
+    tmp = out.with_name(out.name + ".part")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    logging.getLogger("gguf.gguf_writer").setLevel(logging.WARNING)
+    writer = gguf.GGUFWriter(str(tmp), arch)
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture", "general.file_type"):
+            continue  # the writer sets these itself
+        vtype = f.types[0]
+        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, f.contents(), vtype, sub_type=sub)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    for t in reader.tensors:
+        values = _as_float(t)
+        keep_f32 = t.tensor_type == gguf.GGMLQuantizationType.F32 or values.ndim == 1
+        writer.add_tensor(t.name, values if keep_f32 else values.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(out)
+    return out
+
+
 def lora_pairs(model: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """A peft model's LoRA factors by base weight name: {hf weight: (A [r, in], B [out, r])}."""
     pairs: dict[str, dict[str, np.ndarray]] = {}

@@ -150,3 +150,26 @@ def test_lora_adapter_file_holds_permuted_b_and_alpha(tiny: dict[str, Any], tmp_
     assert np.allclose(tensors["blk.0.attn_q.weight.lora_b"], rope_permute(b, 4))
     _, vb = pairs["model.layers.0.self_attn.v_proj.weight"]
     assert np.allclose(tensors["blk.0.attn_v.weight.lora_b"], vb)  # v is not rotary: untouched
+
+
+def test_dequantized_copy_keeps_metadata_and_values(tiny: dict[str, Any], tmp_path: Path) -> None:
+    import gguf
+
+    from engine.models.gguf_convert import dequantized_copy
+
+    q8 = convert_hf_to_gguf(tiny["dir"], tmp_path / "q8.gguf", outtype="q8_0", converter=ensure_converter())
+    out = dequantized_copy(q8, tmp_path / "f16.gguf")
+    src, dst = gguf.GGUFReader(str(q8)), gguf.GGUFReader(str(out))
+    assert dst.fields["tokenizer.ggml.tokens"].contents() == src.fields["tokenizer.ggml.tokens"].contents()
+    assert dst.fields["llama.attention.head_count"].contents() == 4
+    types = {t.name: t.tensor_type for t in dst.tensors}
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    assert types["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    for s, d in zip(src.tensors, dst.tensors):
+        want = gguf.quants.dequantize(np.asarray(s.data), s.tensor_type).reshape(-1)
+        assert np.allclose(np.asarray(d.data, dtype=np.float32).reshape(-1), want, atol=1e-3, rtol=1e-3), s.name
+    from engine.models.llamacpp import LlamaCppRuntime
+
+    runtime = LlamaCppRuntime(out, threads=1)  # llama.cpp takes the rewritten file
+    assert runtime.n_vocab == len(src.fields["tokenizer.ggml.tokens"].contents())
+    runtime.close()
