@@ -139,7 +139,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for n in names:
         ax.plot(rounds, [p["per_specialty"][n] for p in result["curve"]], lw=0.8, alpha=0.6, label=f"pass@1 {n}")
     ax.set_ylabel("solve rate")
-    ax.set_title(f"Solo SAPO on the seed model ({result['rounds']} rounds, lr {result['config']['lr']})")
+    ax.set_title(f"Solo SAPO on the seed model ({result['rounds']} rounds, lr {result['config']['lr']}, "
+                 f"beta {result['config']['beta']})")
     ax.legend(fontsize=7, ncol=2)
     tr = result["train_reward"]
     window = 50
