@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from engine.control.api import ModelProgress
 
 CANDIDATE_COLUMNS = ("Model", "Backend", "Parameters", "Memory needed", "Verdict", "Seconds / round", "Available")
+SWITCH_HINT = "Pause or leave the swarm to switch models."
 VERDICT_COLORS = {"fits well": "#15803d", "fits": "#65a30d", "tight": "#d97706"}
 
 
@@ -195,7 +196,9 @@ class MachineView(QWidget):
 
     def _update_switch_button(self) -> None:
         self.switch_button.setEnabled(self._switch_allowed and not self._switching)
-        self.switch_button.setToolTip("" if self._switch_allowed else "Pause or leave the swarm to switch models.")
+        self.switch_button.setToolTip("" if self._switch_allowed else SWITCH_HINT)
+        if self.progress_label.text() in ("", SWITCH_HINT):  # a switch's result stays until the next one
+            self.show_message("")
 
     def _switch(self) -> None:
         row = self.table.currentRow()
@@ -219,6 +222,8 @@ class MachineView(QWidget):
         self.show_message(progress_text(progress), error=progress.phase == "error")
 
     def show_message(self, text: str, *, error: bool = False) -> None:
+        if not text and not self._switch_allowed:
+            text = SWITCH_HINT  # say why the button is off
         self.progress_label.setText(text)
         self.progress_label.setToolTip(text)
         if self.progress_label.property("role") != ("error" if error else "hint"):

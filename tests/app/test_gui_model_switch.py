@@ -70,6 +70,7 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: engine.status()["round"] >= 1, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not view.switch_button.isEnabled(), timeout=WAIT_MS)
+    assert view.progress_label.text() == "Pause or leave the swarm to switch models."
     view.switch_requested.emit(str(tiny_model_b))  # what the button sends for a selected row
     qtbot.waitUntil(lambda: "pause or leave before switching" in view.progress_label.text(), timeout=WAIT_MS)
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)  # leave
