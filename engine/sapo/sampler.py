@@ -62,10 +62,9 @@ class Selection:
 
 def has_signal(groups: Sequence[RolloutGroup]) -> list[bool]:
     """Per group: True when its (local) rewards are not all equal. Groups must be scored."""
-    if not groups:
-        return []
-    rewards = torch.tensor([list(g.rewards or ()) for g in groups], dtype=torch.float64)  # [G, L]
-    return [bool(k) for k in nonzero_advantage_groups(rewards)]
+    # One group at a time: peers may send groups of different sizes L.
+    return [bool(nonzero_advantage_groups(torch.tensor([list(g.rewards or (0.0,))], dtype=torch.float64))[0])
+            for g in groups]
 
 
 def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup], num_external: int,

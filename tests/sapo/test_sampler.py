@@ -1,0 +1,48 @@
+"""I own + J external groups: the zero-advantage filter first, then a uniform draw."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.sampler import UniformSampler, make_sampler, select_groups
+from engine.tasks.reference import TaskRef
+
+
+def group(index: int, rewards: tuple[float, ...] | None, peer: str = "peer") -> RolloutGroup:
+    prov = Provenance(peer, "seed", 1, 1, 0.0)
+    g = RolloutGroup(TaskRef("bf", {}, 1, index), "h", tuple("abcd"[: len(rewards or (0, 0))]), prov)
+    return g if rewards is None else g.with_rewards(rewards)
+
+
+def test_uniform_draw_is_uniform_and_without_replacement() -> None:
+    rng = random.Random(0)
+    candidates = [group(i, (1.0, 0.0)) for i in range(4)]
+    counts: Counter[int] = Counter()
+    for _ in range(4000):
+        drawn = UniformSampler().draw(candidates, 2, rng)
+        assert len({g.ref.index for g in drawn}) == 2
+        counts.update(g.ref.index for g in drawn)
+    assert all(abs(c / 8000 - 0.25) < 0.02 for c in counts.values())  # 2000 draws each, sd ~0.005
+    assert UniformSampler().draw(candidates[:1], 5, rng) == candidates[:1]
+    assert UniformSampler().draw(candidates, 0, rng) == []
+    with pytest.raises(ValueError):
+        make_sampler("top-k")
+
+
+def test_filter_before_sampling_with_reasons() -> None:
+    own = [group(0, (1.0, 0.0), "local"), group(1, (0.0, 0.0), "local")]
+    mixed = [group(10 + i, (1.0, 0.0, 0.0, 1.0)) for i in range(3)]
+    flat = [group(20, (1.0, 1.0)), group(21, (0.0, 0.0))]
+    unscored = group(30, None)
+    sel = select_groups(own, [*flat, *mixed, unscored], 2, UniformSampler(), random.Random(1))
+    assert [g.ref.index for g in sel.own] == [0]
+    assert len(sel.external) == 2 and all(g in mixed for g in sel.external)
+    reasons = Counter(why for _, why in sel.dropped)
+    assert reasons == {"zero_advantage": 3, "not_rescored": 1, "not_sampled": 1}  # own flat group counted
+    # With the filter off, flat groups are eligible and own groups are all kept.
+    off = select_groups(own, flat, 5, UniformSampler(), random.Random(1), filter_zero_advantage=False)
+    assert len(off.own) == 2 and len(off.external) == 2
