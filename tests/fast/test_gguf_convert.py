@@ -24,7 +24,7 @@ from engine.models.gguf_convert import (
     rope_permute,
     write_lora_adapter,
 )
-from engine.models.policy import build_tiny_policy
+from engine.models.tiny import build_tiny_bpe_policy
 
 
 def test_rope_permute_interleaves_each_heads_halves() -> None:
@@ -81,7 +81,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     root = tmp_path_factory.mktemp("gguf")
-    model_dir = build_tiny_policy(root / "tiny", seed=5, hidden=64, layers=2, heads=4, intermediate=128)
+    model_dir = build_tiny_bpe_policy(root / "tiny", seed=5, hidden=64, layers=2, heads=4, intermediate=128)
     gguf = convert_hf_to_gguf(model_dir, root / "tiny.gguf", outtype="f32", converter=ensure_converter())
     return {"dir": model_dir, "gguf": gguf, "root": root,
             "model": AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)}
