@@ -156,3 +156,19 @@ def test_several_prompts_share_one_packed_sequence(tiny: tuple[Any, Any]) -> Non
         per_row = token_logprobs(model, build_batch(prompts, comps, tok.pad_token_id), 1.0)[0]
         packed = packed_token_logprobs(model, one, 1.0)[0]
     assert torch.allclose(per_row, packed, atol=1e-5)
+
+
+def test_kl_anchor_acts_on_external_rows_only(tiny: tuple[Any, Any]) -> None:
+    model, tok = tiny
+    own = _rows(model, tok, [1.0, -1.0, 1.0, -1.0])
+    ext = _rows(model, tok, [1.0, -1.0, 1.0, -1.0], external=[True] * 4)
+    losses = {}
+    for name, rows, anchor in (("own", own, 0.0), ("own+anchor", own, 5.0), ("ext", ext, 0.0),
+                               ("ext+anchor", ext, 5.0)):
+        m = copy.deepcopy(model)
+        cfg = _cfg(lr=0.05, num_iterations=2, external_kl_anchor=anchor, external_strategy="plain")
+        losses[name] = policy_update(m, make_optimizer(m, cfg), rows, cfg, tok.pad_token_id,
+                                     ref_model=model if anchor else None).loss_per_pass
+    assert losses["own"] == pytest.approx(losses["own+anchor"], abs=1e-6)  # no external row: no anchor
+    assert losses["ext"][0] == pytest.approx(losses["ext+anchor"][0], abs=1e-6)  # KL is 0 before a step
+    assert losses["ext+anchor"][1] > losses["ext"][1] + 1e-4  # after one step the anchor pulls back
