@@ -43,10 +43,18 @@ def may_train(settings: ContributorSettings, machine: MachineState) -> Verdict:
     return Verdict(True)
 
 
-def probe_machine(now: float) -> MachineState:
+def probe_machine(now: float, settings: ContributorSettings | None = None) -> MachineState:
+    """Probe only what the contributor's rules need (idle time opens an X connection, temperature
+    reads sensors): with `settings`, rules that are off cost nothing each round."""
     from engine import hardware
 
-    bat = hardware.battery()
-    on_battery = None if bat.plugged_in is None else (bat.present is True and not bat.plugged_in)
-    return MachineState(now=now, on_battery=on_battery, idle_seconds=hardware.idle_seconds(),
-                        temperature_c=hardware.max_temperature_c())
+    want_battery = settings is None or settings.pause_on_battery
+    want_idle = settings is None or settings.only_when_idle
+    want_temp = settings is None or settings.max_temperature_c > 0
+    on_battery = None
+    if want_battery:
+        bat = hardware.battery()
+        on_battery = None if bat.plugged_in is None else (bat.present is True and not bat.plugged_in)
+    return MachineState(now=now, on_battery=on_battery,
+                        idle_seconds=hardware.idle_seconds() if want_idle else None,
+                        temperature_c=hardware.max_temperature_c() if want_temp else None)

@@ -308,7 +308,7 @@ class Node:
                 self._loop.call_soon_threadsafe(self.finished.set)
 
     def _may_run_now(self) -> bool:
-        verdict = may_train(self.settings, probe_machine(time.time()))
+        verdict = may_train(self.settings, probe_machine(time.time(), self.settings))
         if self._pause_requested or not verdict.run:
             self._set_state("paused", "paused by you" if self._pause_requested else verdict.reason)
             self._wake.wait(timeout=GUARD_RECHECK_S)

@@ -41,3 +41,9 @@ def test_temperature_cap() -> None:
 def test_probe_machine_answers_without_raising() -> None:
     state = probe_machine(NOW)
     assert state.now == NOW
+
+
+def test_probe_machine_skips_probes_whose_rule_is_off() -> None:
+    off = ContributorSettings(pause_on_battery=False, only_when_idle=False, max_temperature_c=0)
+    state = probe_machine(NOW, off)
+    assert (state.on_battery, state.idle_seconds, state.temperature_c) == (None, None, None)
