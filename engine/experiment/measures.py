@@ -5,6 +5,9 @@
     filter + the external groups drawn). A round with no such group contributes 0. SAPO draws
     external groups only from peers' non-zero-advantage groups, so (a) rises with J by selection
     alone: it is reported because the paper reports it, not as evidence of learning.
+(a') the sum variant (report.arm_values): Σ over trained-on groups of each group's mean reward,
+    i.e. (a) x groups trained; it grows with the number of groups that pass the filter, which is
+    what more J supplies.
 (b) generated_reward: the mean reward over every completion the agent generated itself this round
     (all I own groups, before any filter). Unbiased by the filter: the policy's own solve rate on
     fresh training questions.

@@ -20,7 +20,7 @@ from engine.experiment.runner import json_safe
 
 PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}  # §5, 8 agents x 2000 rounds
 PAPER_ROUNDS = 2000
-MEASURE_KEYS = ("cum_trained", "cum_generated", "pass1_all", "pass1_gen", "pass1_peer", "passk_all",
+MEASURE_KEYS = ("cum_trained", "cum_trained_sum", "cum_generated", "pass1_all", "pass1_gen", "pass1_peer", "passk_all",
                 "malformed_rate_all", "updates_per_agent", "groups_per_update", "external_per_update")
 
 
@@ -56,6 +56,11 @@ def arm_values(arm: dict[str, Any]) -> dict[str, float]:
     values = {k: float(s[k]) for k in ("cum_trained", "cum_generated", "updates_per_agent", "groups_per_update",
                                        "external_per_update")}
     values.update({k: math.nan if v is None else float(v) for k, v in _final_eval(s).items()})
+    # (a') the sum variant: per agent and round, Σ over trained-on groups of the group's mean reward
+    # (= (a) x groups trained); it grows with the number of groups that pass the filter.
+    rows = [{**r, "group_reward_sum": float(r["reward_trained"]) * float(r["groups_trained"])} for r in arm["rounds"]]
+    values["cum_trained_sum"] = measures.cumulative(measures.agent_average(rows, "group_reward_sum",
+                                                                           arm["cfg"].rounds))
     seed_pass1 = s["evals"].get("0", {}).get("pass1_all")
     values["pass1_seed"] = math.nan if seed_pass1 is None else float(seed_pass1)
     return values
@@ -132,7 +137,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
     """One row per setting and arm: the paper's number next to ours, (a), (b), (c), the controls.
     Cumulative values are sums over rounds of agent averages; Δ columns are paired (same seeds)."""
     head = ("| setting | I/J | seeds | paper (a) cum. | paper ÷ 2000 rounds | paper Δ(a) | (a) cum. trained-on | "
-            "(a) ÷ rounds | Δ(a) | "
+            "(a) ÷ rounds | Δ(a) | (a′) cum. Σ trained groups | Δ(a′) | "
             "(b) cum. generated | Δ(b) | (c) pass@1 final | Δ pass@1 | pass@1 gen / peer-only | "
             "pass@8 | malformed | updates/agent | groups/update |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -148,7 +153,8 @@ def markdown_table(summary: dict[str, Any]) -> str:
                 f"| {setting} | {label} | {len(e['seeds'])} | {paper if paper else '–'} | "
                 f"{f'{paper / PAPER_ROUNDS:.3f}' if paper else '–'} | {paper_delta} | "
                 f"{_fmt(sp.get('cum_trained', {}), 1)} | {_fmt(_scaled(sp.get('cum_trained', {}), e['rounds']))} | "
-                f"{_pct(da, base.get('cum_trained', {}))} | "
+                f"{_pct(da, base.get('cum_trained', {}))} | {_fmt(sp.get('cum_trained_sum', {}), 1)} | "
+                f"{_pct(vs.get('cum_trained_sum', {}), base.get('cum_trained_sum', {}))} | "
                 f"{_fmt(sp.get('cum_generated', {}), 1)} | {_fmt(db, 1)} ({_pct(db, base.get('cum_generated', {}))}) | "
                 f"{_fmt(sp.get('pass1_all', {}))} | {_fmt(vs.get('pass1_all', {}))} | "
                 f"{_fmt(sp.get('pass1_gen', {}))} / {_fmt(sp.get('pass1_peer', {}))} | "
@@ -176,6 +182,9 @@ def aggregate(out_dir: Path, window: int = 20) -> dict[str, Any]:
         "cum_trained": "(a) the paper's: sum over rounds of the agent-averaged mean reward of the groups "
                        "trained on (own non-zero-advantage groups + external groups drawn); 0 for a round "
                        "with no such group",
+        "cum_trained_sum": "(a') sum over rounds of the agent-averaged SUM over trained-on groups of each "
+                           "group's mean reward ((a) x groups trained): grows with how many groups pass the "
+                           "zero-advantage filter",
         "cum_generated": "(b) sum over rounds of the agent-averaged mean reward of every completion the "
                          "agent generated itself (all I own groups, before the filter)",
         "pass1_*": "(c) held-out pass@1 on the fixed judge set after the last round, mean over agents; "
