@@ -138,9 +138,11 @@ class Trainer:
 
         metrics, per_spec = rollout_metrics(local)
         gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
-        metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
-                       entropy=stats.entropy, kl=stats.kl, groups_trained=float(len(kept_ids) + len(used_ext)),
-                       rows_trained=float(stats.rows), tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9))
+        metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
+                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9))
+        if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
+            metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
+                           entropy=stats.entropy, kl=stats.kl)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
         if self.store is not None:
