@@ -53,7 +53,7 @@ def test_resume_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> 
     straight = _trainer(model_dir, tmp_path / "a")
     results = [straight.run_round() for _ in range(4)]
     losses = [r.metrics.get("loss") for r in results]
-    assert any(loss != 0.0 for loss in losses)
+    assert all(loss is not None for loss in losses) and any(loss != 0.0 for loss in losses)
 
     first = _trainer(model_dir, tmp_path / "b")
     head = [first.run_round().metrics.get("loss") for _ in range(3)]  # round 3 is lost in the "crash"
