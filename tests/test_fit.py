@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -105,11 +106,17 @@ def test_doctor_json_shape() -> None:
 
 
 def test_doctor_hypothetical_machine_flags() -> None:
+    online = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     out = subprocess.run([sys.executable, "-m", "engine", "doctor", "--json", "--device", "cuda",
-                          "--memory-gb", "24"], capture_output=True, text=True, check=True, timeout=120)
+                          "--memory-gb", "24"], capture_output=True, text=True, check=True, timeout=120,
+                         env=online)
     data = json.loads(out.stdout)
     assert data["device"]["kind"] == "cuda"
     assert data["pick"]["model"] == "qwen2.5-1.5b-instruct"
+    offline = subprocess.run([sys.executable, "-m", "engine", "doctor", "--json", "--device", "cuda",
+                              "--memory-gb", "24", "--offline"], capture_output=True, text=True, check=True,
+                             timeout=120)
+    assert json.loads(offline.stdout)["pick"]["model"] == "seed"  # nothing else is on this machine
     bad = subprocess.run([sys.executable, "-m", "engine", "doctor", "--memory-gb", "8"],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--device" in bad.stderr

@@ -51,6 +51,7 @@ def test_switch_button_without_the_hub_shows_a_clear_error(qtbot: QtBot, window:
         port = s.getsockname()[1]
     monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)  # `make test` runs offline; this test wants a dead hub
     view = window.machine
     _select_row(window, "qwen2.5-0.5b-instruct")
     qtbot.mouseClick(view.switch_button, Qt.MouseButton.LeftButton)

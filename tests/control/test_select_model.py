@@ -160,6 +160,7 @@ def test_a_catalog_model_without_the_hub_fails_fast_with_an_error_event(
         port = s.getsockname()[1]
     monkeypatch.setattr(hub, "ENDPOINT", f"http://127.0.0.1:{port}")
     monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)  # `make test` runs offline; this test wants a dead hub
     node, seen = make_node(tmp_path / "data", models[0])
     t0 = time.monotonic()
     unreachable = "cannot download qwen2.5-0.5b-instruct: the Hugging Face hub is unreachable .*Connection refused"
