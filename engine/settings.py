@@ -51,7 +51,7 @@ class ContributorSettings:
     def from_dict(cls, data: Any, base: ContributorSettings | None = None) -> ContributorSettings:
         """Validated update of `base` (default values if None) from an untrusted mapping."""
         if not isinstance(data, dict):
-            raise ValueError("settings must be an object")
+            raise ValueError("settings must be an object")  # noqa: TRY004 (ValueError for every bad input)
         base = base or cls()
         changes: dict[str, Any] = {}
         for f in fields(cls):
@@ -60,16 +60,16 @@ class ContributorSettings:
             value, default = data[f.name], getattr(base, f.name)
             if isinstance(default, bool):
                 if not isinstance(value, bool):
-                    raise ValueError(f"{f.name} must be true or false")
+                    raise ValueError(f"{f.name} must be true or false")  # noqa: TRY004 (ValueError for every bad input)
             elif isinstance(default, int):
                 if isinstance(value, bool) or not isinstance(value, int):
-                    raise ValueError(f"{f.name} must be an integer")
+                    raise ValueError(f"{f.name} must be an integer")  # noqa: TRY004 (ValueError for every bad input)
             elif isinstance(default, float):
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ValueError(f"{f.name} must be a number")
+                    raise ValueError(f"{f.name} must be a number")  # noqa: TRY004 (ValueError for every bad input)
                 value = float(value)
             elif isinstance(default, str) and not isinstance(value, str):
-                raise ValueError(f"{f.name} must be a string")
+                raise ValueError(f"{f.name} must be a string")  # noqa: TRY004 (ValueError for every bad input)
             changes[f.name] = value
         return dataclasses.replace(base, **changes)
 

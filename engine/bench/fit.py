@@ -43,8 +43,8 @@ def _child(model: str, threads: int) -> dict[str, Any]:
     torch.manual_seed(0)
     # transformers imports model code lazily: load it before the baseline so the runtime measured
     # is the framework's, and what comes after is the model's and the round's
-    import transformers.generation.utils  # noqa: F401
-    import transformers.models.llama.modeling_llama  # noqa: F401
+    import transformers.generation.utils
+    import transformers.models.llama.modeling_llama
 
     baseline = _rss_bytes()
     if model == "seed":
@@ -116,9 +116,9 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 2, include_seed: bool = True) 
 
 def table(result: dict[str, Any]) -> str:
     mib = 1024**2
-    lines = ["# sapo bench fit", "",
-             f"One round of {SHAPE.questions}x{SHAPE.completions} completions, {SHAPE.prompt_tokens}+"
-             f"{SHAPE.max_new_tokens} tokens, micro-batch {SHAPE.micro_batch}, CPU fp32, full fine-tuning.", "",
+    shape = (f"One round of {SHAPE.questions}x{SHAPE.completions} completions, {SHAPE.prompt_tokens}+"
+             f"{SHAPE.max_new_tokens} tokens, micro-batch {SHAPE.micro_batch}, CPU fp32, full fine-tuning.")
+    lines = ["# sapo bench fit", "", shape, "",
              "| model | params | estimate MiB | measured peak MiB | ratio | model-only est. | model-only meas. | ratio |",
              "|---|---|---|---|---|---|---|---|"]
     for r in result["results"]:

@@ -68,14 +68,14 @@ class Request:
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError("must be true or false")
+        raise ValueError("must be true or false")  # noqa: TRY004 (ValueError for every bad input)
     return value
 
 
 def _number(lo: float, hi: float) -> Callable[[Any], float]:
     def check(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError("must be a number")
+            raise ValueError("must be a number")  # noqa: TRY004 (ValueError for every bad input)
         value = float(value)
         if not math.isfinite(value) or not lo <= value <= hi:
             raise ValueError(f"must be a finite number in [{lo:g}, {hi:g}]")
@@ -111,7 +111,7 @@ def _settings_changes(value: Any) -> dict[str, Any]:
         if isinstance(item, str) and len(item) > MAX_SETTING_STR:
             raise ValueError(f"{key} is too long")
         if not isinstance(item, (bool, int, float, str)):
-            raise ValueError(f"{key} must be a boolean, number or string")
+            raise ValueError(f"{key} must be a boolean, number or string")  # noqa: TRY004 (ValueError for every bad input)
     return dict(value)
 
 

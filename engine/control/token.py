@@ -72,7 +72,7 @@ class ControlInfo:
     @classmethod
     def from_dict(cls, data: Any) -> ControlInfo:
         if not isinstance(data, dict):
-            raise ValueError("control info must be an object")
+            raise ValueError("control info must be an object")  # noqa: TRY004 (ValueError for every bad input)
         url, pid = data.get("url"), data.get("pid")
         if not isinstance(url, str) or not _URL_RE.match(url):
             raise ValueError("control info url must be a ws:// URL")
