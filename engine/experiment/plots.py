@@ -45,7 +45,7 @@ def plot_reward(arms: Sequence[dict[str, Any]], key: str, title: str, path: Path
             ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(f"{setting}")
         ax.set_xlabel("round")
-        ax.set_ylabel(f"reward, {window}-round moving average")
+        ax.set_ylabel(f"{window}-round moving average")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)

@@ -200,6 +200,10 @@ def aggregate(out_dir: Path, window: int = 20) -> dict[str, Any]:
     if arms:
         plot_reward(arms, "reward_trained", "(a) reward of the groups trained on (paper's measure)",
                     out_dir / "fig_a_trained_on.png", window)
+        with_sum = [{**arm, "rounds": [{**r, "group_reward_sum": float(r["reward_trained"]) * float(r["groups_trained"])}
+                                       for r in arm["rounds"]]} for arm in arms]
+        plot_reward(with_sum, "group_reward_sum", "(a') sum over trained-on groups of the group's mean reward",
+                    out_dir / "fig_a2_trained_on_sum.png", window)
         plot_reward(arms, "reward_generated", "(b) reward of the agent's own generations",
                     out_dir / "fig_b_generated.png", window)
         plot_heldout(arms, out_dir / "fig_c_heldout.png")
