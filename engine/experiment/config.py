@@ -168,11 +168,13 @@ def preset(name: str, model: str = "") -> Preset:
                       "(24 arms; ~60 core-minutes, two workers)", tuple(arms))
     if name == "strategies":
         base = ArmConfig(agents=4, rounds=100, eval_every=50, setting="heterogeneous", model=model)
-        arms = [base.replace(local=8, external=0)]
-        arms += [base.replace(strategy=s) for s in STRATEGIES]
-        arms += [base.replace(strategy="positive-only", kl_anchor=0.04)]
+        arms = []
+        for seed in (1, 2, 3):  # 8/0 and 4/4 positive-only are shared with paper-small (same names)
+            arms += [base.replace(local=8, external=0, seed=seed)]
+            arms += [base.replace(strategy=s, seed=seed) for s in STRATEGIES]
+            arms += [base.replace(strategy="positive-only", kl_anchor=0.04, seed=seed)]
         return Preset("strategies", "heterogeneous 4/4: plain vs positive-only vs importance-weighted "
-                      "vs positive-only + KL anchor, against 8/0 (seed 1)", tuple(arms))
+                      "vs positive-only + KL anchor, against 8/0 (seeds 1-3)", tuple(arms))
     if name == "tuning":
         base = ArmConfig(agents=4, rounds=150, eval_every=50, seed=0, local=8, external=0, model=model)
         arms = [base.replace(lr=lr) for lr in (1e-4, 3e-4, 1e-3)]
