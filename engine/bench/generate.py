@@ -150,7 +150,7 @@ def heldout_reward(loaded: Any, version: int, mix: str, per_specialty: int, k: i
             "per_specialty_pass1": per}
 
 
-def learn(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: int, per_specialty: int = 16,
+def learn(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: int, per_specialty: int = 4,
           k: int = 4) -> dict[str, Any]:
     """Held-out reward before and after `rounds` solo SAPO rounds (paper shape) with llama.cpp generating."""
     from engine.models.generate import SampleConfig
