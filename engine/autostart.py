@@ -168,13 +168,10 @@ def windows_run_value(command: Sequence[str]) -> str:
 
 # --- backends ------------------------------------------------------------------------------------------
 
-class LinuxAutostart:
-    def __init__(self, config_home: Path) -> None:
-        self.path = config_home / "autostart" / f"{APP_ID}.desktop"
+class _FileAutostart:
+    """An OS mechanism that is one file: removing it switches start-at-login off."""
 
-    def enable(self, command: Sequence[str]) -> str:
-        write_text_atomic(self.path, desktop_entry(command, autostart=True))
-        return str(self.path)
+    path: Path
 
     def disable(self) -> bool:
         try:
@@ -182,6 +179,15 @@ class LinuxAutostart:
         except FileNotFoundError:
             return False
         return True
+
+
+class LinuxAutostart(_FileAutostart):
+    def __init__(self, config_home: Path) -> None:
+        self.path = config_home / "autostart" / f"{APP_ID}.desktop"
+
+    def enable(self, command: Sequence[str]) -> str:
+        write_text_atomic(self.path, desktop_entry(command, autostart=True))
+        return str(self.path)
 
     def is_enabled(self) -> bool:
         # A user (or a desktop's settings panel) may switch an entry off with Hidden=true.
@@ -195,7 +201,7 @@ class LinuxAutostart:
         return not hidden and keys.get("X-GNOME-Autostart-enabled", "true") != "false"
 
 
-class MacAutostart:
+class MacAutostart(_FileAutostart):
     def __init__(self, agents_dir: Path, log_path: Path | None = None) -> None:
         self.path = agents_dir / f"{LAUNCH_AGENT_LABEL}.plist"
         self.log_path = log_path
@@ -203,13 +209,6 @@ class MacAutostart:
     def enable(self, command: Sequence[str]) -> str:
         write_text_atomic(self.path, launch_agent_plist(command, log_path=self.log_path))
         return str(self.path)
-
-    def disable(self) -> bool:
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
 
     def is_enabled(self) -> bool:
         return self.path.is_file()
