@@ -175,3 +175,22 @@ def test_node_trains_with_the_llamacpp_backend(tiny: dict[str, Path], tmp_path: 
     assert [r["round"] for r in node.history()["rounds"]] == [1, 2]
     assert list((tmp_path / "data" / "models" / "llamacpp").rglob("policy.gguf"))  # llama.cpp's synced copy
     node.store.close()
+
+
+def test_rows_finishing_at_different_times_keep_their_own_cache(tiny: dict[str, Path], tmp_path: Path) -> None:
+    """Finished rows free their KV streams and live rows are moved down into them (compaction); a
+    moved row must keep attending to its own history."""
+    from engine.models.generate import Completion
+
+    model, tok = load_policy(tiny["dir"])
+    gen = make_generator(tiny, model, tmp_path)
+    gen.sync(model, 0)
+    stop = set(range(3, 3 + 40))  # many stop tokens: rows end at scattered steps
+    rows = encode_prompts(tok, PROMPTS)
+    sampled = gen.runtime().sample(rows, 8, SampleConfig(max_new_tokens=24), stop, seed=3)
+    lengths = {len(t) for t, _, _ in sampled}
+    assert len(lengths) >= 4 and any(s for _, _, s in sampled) and not all(s for _, _, s in sampled)
+    groups = [[Completion("", tuple(t), tuple(lp), not s) for t, lp, s in sampled[p * 8:(p + 1) * 8]]
+              for p in range(len(PROMPTS))]
+    assert max_logprob_gap(model, tok, groups) < TOL
+    gen.close()
