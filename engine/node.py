@@ -46,6 +46,7 @@ class NodeConfig:
     seed: int = 0  # RNG seed of this node's question draws and sampling
     device: str | None = None  # "cpu" / "cuda" / "mps"; None = the best available (GPU setting allowing)
     backend: str = "auto"  # engine.models.backends.BACKENDS; "auto" = sapo doctor's fit for this model
+    llamacpp: Any = None  # engine.models.llamacpp.LlamaCppConfig for the llama.cpp backend; None = its defaults
 
     def __post_init__(self) -> None:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
@@ -58,6 +59,11 @@ class NodeConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
             raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
+        if self.llamacpp is not None:
+            from engine.models.llamacpp import LlamaCppConfig
+
+            if not isinstance(self.llamacpp, LlamaCppConfig):
+                raise TypeError("llamacpp must be a LlamaCppConfig or None")
 
 
 def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGroup], RolloutGroup | None]:
@@ -168,6 +174,8 @@ class Node:
         return self.settings.to_dict()
 
     async def update_settings(self, changes: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(changes, dict) and "model" in changes:
+            raise ValueError("the model is switched with select_model (it checks the model loads)")
         new = ContributorSettings.from_dict(changes, base=self.settings)
         if new.start_at_login != self.settings.start_at_login:  # the OS's login items follow the setting
             from engine import autostart
@@ -195,12 +203,14 @@ class Node:
         ValueError (an "error" ModelProgress too) when it cannot be used."""
         from engine.control.api import ModelProgress
         from engine.control.model_switch import prepare_model
+        from engine.models.resolve import resolve_model
 
         if self._state not in ("stopped", "paused"):
             raise ValueError(f"pause or leave before switching models (the node is {self._state})")
         if self._switching is not None:
             raise ValueError(f"a switch to {self._switching} is already under way")
         self._switching = model_id
+        self._checkpoint_dir(self.config.model)  # record which model owns the top checkpoint folder
         try:
             label = await asyncio.to_thread(prepare_model, model_id, self.bus.publish, resolve_model)
         finally:
@@ -208,6 +218,8 @@ class Node:
         with self._lock:
             self._model, self._model_label = model_id, label
             self._model_switches += 1
+            self.settings = dataclasses.replace(self.settings, model=model_id)  # the next start trains it too
+            self.settings.save(self.config.data_dir)
         self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,
                                        message=f"{label}: the next round trains it"))
         self.bus.publish(LogRecord(level="info", message=f"model switched to {label}: the next round trains it"))
@@ -218,11 +230,11 @@ class Node:
         return checkpoint_dir_for(self.config.data_dir / "checkpoints", model, self.config.model)
 
     def _continue_round_count(self, trainer: Any) -> None:
-        """After a switch, rounds count on from the store's newest: a model's older checkpoint must
-        not overwrite the rounds another model ran since (the store keys rounds by number)."""
-        if self._model_switches:
-            newest = self.store.rounds(limit=1)
-            trainer.round = max(trainer.round, int(newest[0]["round"]) if newest else 0)
+        """Rounds count on from the store's newest: an older checkpoint (another model's, or this
+        model's from before the rounds since its last checkpoint) must not overwrite rounds already
+        recorded (the store keys rounds by number)."""
+        newest = self.store.rounds(limit=1)
+        trainer.round = max(trainer.round, int(newest[0]["round"]) if newest else 0)
 
     # ---- swarm ------------------------------------------------------------------------------------
     async def _start_swarm(self) -> None:
@@ -319,20 +331,22 @@ class Node:
     def _build_trainer(self) -> Any:
         from engine import tasks
         from engine.models.backends import load_for_node
+        from engine.models.resolve import pick_device, set_train_threads
         from engine.sapo.trainer import Trainer
 
         sapo = self.config.sapo
         if self.config.solo and sapo.num_external:
             sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
         device = pick_device(self.config.device, self.settings.use_gpu)
-        _set_threads(device, self.settings.cpu_cores)
+        set_train_threads(device, self.settings.cpu_cores)
         model = self._model
         self.bus.publish(LogRecord(level="info", message=f"loading {model} on {device} "
                                    f"({self.config.backend} backend) ..."))
         import transformers
 
         transformers.logging.disable_progress_bar()  # the GUI and log show our own progress
-        loaded = load_for_node(model, self.config.backend, device, self.config.data_dir)
+        loaded = load_for_node(model, self.config.backend, device, self.config.data_dir,
+                               llamacpp_cfg=self.config.llamacpp)
         spec_id = loaded.model_id
         if loaded.prompt_style and loaded.prompt_style != sapo.prompt_style:
             sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-text prompts
@@ -392,54 +406,6 @@ def task_library_version() -> str:
     from importlib.metadata import version
 
     return f"reasoning-gym=={version('reasoning-gym')}"
-
-
-def pick_device(requested: str | None, use_gpu: bool) -> str:
-    if requested is not None:
-        return requested
-    if not use_gpu:
-        return "cpu"
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "mps"
-    return "cpu"
-
-
-def _set_threads(device: str, cores: int) -> None:
-    """Training threads: the contributor's cap, else all physical cores but one (the desktop stays usable)."""
-    import torch
-
-    from engine.hardware import cpu_info
-
-    if device == "cpu":
-        torch.set_num_threads(cores or max(1, cpu_info().physical_cores - 1))
-
-
-def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
-    """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
-    models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
-    class, e.g. engine.control.model_switch.hub_progress_class)."""
-    from engine.models import catalog
-    from engine.models.policy import LoraSpec
-    from engine.paths import SEED_MODEL_DIR
-
-    if model == "seed":
-        return "seed", SEED_MODEL_DIR, None
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path.name, path, None
-    spec = catalog.get(model)  # KeyError names the known ids
-    if spec.is_gguf or spec.hf_repo is None:
-        raise ValueError(f"{model} is a GGUF build: run it with the llama.cpp backend")
-    from huggingface_hub import snapshot_download
-
-    local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
-                                   tqdm_class=progress))
-    return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                    "up_proj", "down_proj"))
 
 
 def _rollout_event(group: RolloutGroup, status: str, reason: str = "") -> RolloutSeen:

@@ -30,6 +30,9 @@ class ContributorSettings:
     start_at_login: bool = False  # register with the OS's autostart mechanism
     max_temperature_c: float = 0.0  # pause above this CPU/GPU temperature; 0 = no cap
     keep_running_on_close: bool = True  # closing the window leaves the engine contributing
+    # the model last switched to in the app (catalog id, "seed" or a model directory); the engine
+    # trains it after a restart unless `sapo run --model` names one. "" = the engine's default
+    model: str = ""
 
     def __post_init__(self) -> None:
         if self.bootstrap_url and not self.bootstrap_url.startswith(("ws://", "wss://")):
@@ -46,6 +49,8 @@ class ContributorSettings:
                 raise ValueError(f"{name} must be a finite number >= 0")
         if self.max_temperature_c > 150:
             raise ValueError("max_temperature_c must be at most 150")
+        if len(self.model) > 1024 or any(ord(ch) < 32 or ord(ch) == 127 for ch in self.model):
+            raise ValueError("model must be at most 1024 characters, without control characters")
 
     @classmethod
     def from_dict(cls, data: Any, base: ContributorSettings | None = None) -> ContributorSettings:

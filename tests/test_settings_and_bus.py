@@ -71,3 +71,14 @@ def test_bus_delivers_from_another_thread_with_replay_and_bounds() -> None:
     asyncio.run(main())
     assert seen == ["state_changed"] * 3
     assert listened == ["state_changed"] * 5
+
+
+def test_the_chosen_model_round_trips_and_rejects_control_characters(tmp_path: Path) -> None:
+    s = ContributorSettings.from_dict({"model": "/home/me/models/my \"tuned\" qwen"})
+    s.save(tmp_path)
+    assert ContributorSettings.load(tmp_path).model == '/home/me/models/my "tuned" qwen'
+    for bad in ("seed\nbootstrap_url = \"ws://evil\"", "x" * 1025, "a\x00b"):
+        with pytest.raises(ValueError, match="model"):
+            ContributorSettings.from_dict({"model": bad})
+    with pytest.raises(ValueError, match="string"):
+        ContributorSettings.from_dict({"model": 3})

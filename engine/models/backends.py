@@ -181,6 +181,7 @@ def llamacpp_generator_for(model: Any, base_gguf: Path, work_dir: Path, *, lora:
 def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llamacpp_cfg: Any = None) -> LoadedPolicy:
     """Load `model` (seed, catalog id or alias, or a local directory) for `backend` on `device`."""
     from engine.models import catalog
+    from engine.models.llamacpp import LlamaCppConfig
     from engine.models.policy import LoraSpec, load_policy
 
     if backend not in BACKENDS:
@@ -205,12 +206,14 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
         if backend == "transformers":  # e.g. on CUDA: the dequantized weights generate in torch
             return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, HFGenerator(), backend,
                                               "transformers (GGUF dequantized, LoRA)", None))
-        base = dequantized_cached(Path(spec.local_path), work / "converted")
+        llamacpp_cfg = llamacpp_cfg or LlamaCppConfig()
+        weights = llamacpp_cfg.base_weights(lora=True)
+        base = dequantized_cached(Path(spec.local_path), work / "converted", weights)
         gen: Generator = llamacpp_generator_for(torch_model, base, work / spec.id, lora=lora, cfg=llamacpp_cfg)
         return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, gen, "llamacpp",
-                                          "llama.cpp + transformers (LoRA)", None))
+                                          f"llama.cpp ({weights}) + transformers (LoRA)", None))
 
-    from engine.node import resolve_model
+    from engine.models.resolve import resolve_model
 
     spec_id, path, lora = resolve_model(model_id)
     quant = {"bnb-nf4": "nf4", "bnb-int8": "int8"}.get(backend)
@@ -227,11 +230,12 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
     if backend == "transformers":
         return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend,
                                           "transformers" + suffix, None))
-    # full weights convert at f32 (refreshed from torch every sync); a LoRA base at f16 (never rewritten)
-    gguf = convert_cached(path, work / "converted", "f32" if lora is None else "f16")
+    llamacpp_cfg = llamacpp_cfg or LlamaCppConfig()  # its `weights` says which float type the GGUF holds
+    weights = llamacpp_cfg.base_weights(lora=lora is not None)
+    gguf = convert_cached(path, work / "converted", weights)
     gen = llamacpp_generator_for(torch_model, gguf, work / spec_id, lora=lora, cfg=llamacpp_cfg)
     return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, gen, "llamacpp",
-                                      "llama.cpp + transformers" + suffix, None))
+                                      f"llama.cpp ({weights}) + transformers" + suffix, None))
 
 
 def keep_4bit_trainable_on_cpu(model: Any) -> int:
@@ -256,15 +260,15 @@ def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
     return loaded
 
 
-def dequantized_cached(gguf_file: Path, out_dir: Path) -> Path:
-    """An F16 copy of a quantized GGUF, made once (see gguf_convert.dequantized_copy for why)."""
+def dequantized_cached(gguf_file: Path, out_dir: Path, dtype: str = "f16") -> Path:
+    """A float copy of a quantized GGUF, made once (see gguf_convert.dequantized_copy for why)."""
     from engine.models.gguf_convert import dequantized_copy
 
     st = gguf_file.stat()
     key = hashlib.sha256(f"{gguf_file.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = out_dir / f"{gguf_file.stem}-{key}-f16.gguf"
+    out = out_dir / f"{gguf_file.stem}-{key}-{dtype}.gguf"
     if not out.is_file():
-        dequantized_copy(gguf_file, out)
+        dequantized_copy(gguf_file, out, dtype)
     return out
 
 

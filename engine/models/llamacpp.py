@@ -2,9 +2,9 @@
 
 What runs where: prompts are tokenized by the policy's own (transformers) tokenizer and fed to
 llama.cpp as token ids, so the completions' token ids are exactly what the torch loss trains on;
-llama.cpp only produces logits. Sampling happens here in numpy with the semantics of
-`engine.models.generate` (true temperature, optional top-k / top-p, log-probs of the tempered,
-untruncated policy). Every prompt is prefilled once and its KV cells copied to its n samples'
+llama.cpp only produces logits. Sampling happens in numpy (`engine.models.sampling_np`) with the
+semantics of `engine.models.generate` (true temperature, optional top-k / top-p, log-probs of the
+tempered, untruncated policy). Every prompt is prefilled once and its KV cells copied to its n samples'
 sequences (`llama_memory_seq_cp`); all live rows advance in one `llama_decode` per step.
 
 Keeping llama.cpp in step with the torch policy (`LlamaCppGenerator.sync`):
@@ -18,8 +18,10 @@ it into the rollouts' provenance. Log-probs for the loss are always recomputed b
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,64 +30,14 @@ from typing import Any
 import numpy as np
 
 from engine.models.generate import MAX_BATCH_ROWS, Completion, SampleConfig, encode_prompts, eos_token_ids
+from engine.models.sampling_np import sample_rows
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: rows (prompts x n) in one call
 BATCH_TOKENS = 512  # tokens per llama_decode call (prompt prefill is packed up to this)
 KV_TYPES = {"f32": 0, "f16": 1}  # GGML_TYPE_F32 / GGML_TYPE_F16
-
-
-# ---- sampling (pure numpy, mirrors engine.models.generate) ----------------------------------------
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    """x [B, V] -> log-softmax over V in float32, like the torch sampler (float64 over a 49k vocabulary
-    cost more per step than llama.cpp's forward pass)."""
-    x = x.astype(np.float32, copy=False)
-    shifted = x - x.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-
-
-def filter_logits_np(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
-    """Logits [B, V] with everything outside top-k and the top-p nucleus set to -inf (the most likely
-    token always stays). Same rule as generate.filter_logits."""
-    out = logits.astype(np.float64, copy=True)
-    if 0 < top_k < out.shape[-1]:
-        kth = np.partition(out, -top_k, axis=-1)[:, -top_k][:, None]  # [B, 1]
-        out[out < kth] = -np.inf
-    if top_p < 1.0:
-        order = np.argsort(-out, axis=-1, kind="stable")  # [B, V] most likely first
-        sorted_logits = np.take_along_axis(out, order, axis=-1)
-        probs = np.exp(log_softmax(sorted_logits))
-        mass_before = np.cumsum(probs, axis=-1) - probs  # [B, V] mass of strictly more likely tokens
-        drop = np.zeros_like(out, dtype=bool)
-        np.put_along_axis(drop, order, mass_before >= top_p, axis=-1)
-        out[drop] = -np.inf
-    return out
-
-
-def sample_rows(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """One step for B rows: logits [B, V] -> (token [B] int64, logprob [B] float32).
-
-    logprob is log_softmax(logits / T)[token] over the full vocabulary (greedy: T = 1), i.e. the
-    convention of `Completion.logprobs`. One exp pass over [B, V] serves both the normaliser and the
-    draw (an inverse-CDF lookup per row): with a 49k vocabulary this math costs as much as a decode.
-    """
-    rows = np.arange(logits.shape[0])
-    x = np.array(logits, dtype=np.float32)  # [B, V], a private copy worked on in place
-    if cfg.temperature not in (0.0, 1.0):
-        x /= np.float32(cfg.temperature)
-    x -= x.max(axis=-1, keepdims=True)  # shifted: the row maximum is 0
-    weights = np.exp(x)  # [B, V] unnormalised probabilities
-    log_z = np.log(weights.sum(axis=-1))  # [B]
-    if cfg.temperature == 0.0:
-        token = x.argmax(axis=-1)
-    else:
-        if cfg.top_k or cfg.top_p < 1.0:
-            weights = np.exp(filter_logits_np(x, cfg.top_k, cfg.top_p))  # exactly 0 outside the kept set
-        cdf = np.cumsum(weights, axis=-1)  # [B, V]
-        u = rng.random(len(rows)) * cdf[:, -1]  # [B]
-        token = np.array([np.searchsorted(cdf[r], u[r], side="right") for r in rows])  # first cdf > u
-        token = np.minimum(token, logits.shape[-1] - 1)
-    return token.astype(np.int64), x[rows, token] - log_z
+KV_LAYOUTS = ("auto", "split", "unified")
+WEIGHT_TYPES = ("auto", "f32", "f16", "bf16")
+CELL_PAD = 256  # llama.cpp pads each KV stream to a multiple of 256 cells anyway
 
 
 # ---- the llama.cpp runtime (thin ctypes glue) -------------------------------------------------------
@@ -100,19 +52,46 @@ def _lib() -> Any:
     return llama_cpp
 
 
-class LlamaCppRuntime:
-    """One GGUF model in llama.cpp with a context grown on demand. Not thread-safe: one caller."""
+@functools.cache
+def native_bf16() -> bool:
+    """Whether this llama.cpp build computes bf16 dot products in hardware (x86 AVX512-BF16)."""
+    lib = _lib()
+    lib.llama_backend_init()
+    return "AVX512_BF16 = 1" in lib.llama_print_system_info().decode(errors="replace")
 
-    def __init__(self, gguf_path: Path, *, threads: int, kv_type: str = "f16", gpu_layers: int = 0) -> None:
+
+def _round_up(n: int, to: int = CELL_PAD) -> int:
+    return -(-n // to) * to
+
+
+class LlamaCppRuntime:
+    """One GGUF model in llama.cpp with a context grown on demand. Not thread-safe: one caller.
+
+    KV layouts: "split" gives every row its own KV stream (a row attends over its own cells only, but
+    each sample's copy of the prompt is a physical copy and every stream costs per-step overhead);
+    "unified" is one cache shared by all rows (a prompt's cells are shared by its samples, but each
+    row scans every live cell: cost grows with rows x all cells x layers x heads). Which is faster
+    depends on the model and the machine (the seed model: unified by ~1.3x; SmolLM2-135M: split by
+    ~1.35x, bench/generate.md), so "auto" measures: for each batch shape it runs one call in each
+    layout, then keeps the one that generated more tokens per second.
+    """
+
+    def __init__(self, gguf_path: Path, *, threads: int, kv_type: str = "f16", gpu_layers: int = 0,
+                 kv_layout: str = "split") -> None:
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        if kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
         self.lib = _lib()
         self.lib.llama_backend_init()
         self.threads, self.kv_type, self.gpu_layers = max(1, threads), kv_type, gpu_layers
+        self.kv_layout = kv_layout
+        self.layout_speed: dict[tuple[str, int], float] = {}  # (layout, rows) -> tokens/s measured
+        self.last_layout = ""
         self.model: Any = None
         self.ctx: Any = None
         self.adapter: Any = None
-        self._ctx_size = (0, 0)  # (cells per sequence, sequences) of the live context
+        self._ctx_key = ("", 0, 0)  # (layout, cells per sequence or in all, sequences) of the live context
         self.load(gguf_path)
 
     def load(self, gguf_path: Path) -> None:
@@ -157,34 +136,41 @@ class LlamaCppRuntime:
         if self.ctx is not None:
             self.lib.llama_free(self.ctx)
             self.ctx = None
-            self._ctx_size = (0, 0)
+            self._ctx_key = ("", 0, 0)
 
-    def _context(self, seq_len: int, n_seq: int) -> Any:
-        """A context with n_seq sequences of at least seq_len cells each (grown, never shrunk).
-
-        One KV stream per sequence (kv_unified off): a row attends over its own cells only. With a
-        unified cache every row would attend over every row's cells, which costs rows x all cells
-        per step and dominated decoding time for long completions.
-        """
-        if self.ctx is not None and self._ctx_size[0] >= seq_len and self._ctx_size[1] >= n_seq:
-            return self.ctx
-        seq_len = max(seq_len, self._ctx_size[0])
-        n_seq = max(n_seq, self._ctx_size[1])
+    def _context(self, layout: str, cells: int, n_seq: int) -> Any:
+        """A context for n_seq sequences with `cells` KV cells per sequence ("split") or in all
+        ("unified"); grown, never shrunk, while the layout stays."""
+        have_layout, have_cells, have_seq = self._ctx_key
+        if have_layout == layout:
+            if self.ctx is not None and have_cells >= cells and have_seq >= n_seq:
+                return self.ctx
+            cells, n_seq = max(cells, have_cells), max(n_seq, have_seq)
         self._free_context()
         params = self.lib.llama_context_default_params()
-        params.n_ctx = seq_len * n_seq
+        params.n_ctx = cells * n_seq if layout == "split" else cells
         params.n_batch = params.n_ubatch = BATCH_TOKENS
         params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = self.threads
         params.type_k = params.type_v = KV_TYPES[self.kv_type]
-        params.kv_unified = False
+        params.kv_unified = layout == "unified"
         params.no_perf = True
         ctx = self.lib.llama_init_from_model(self.model, params)
         if not ctx:
-            raise RuntimeError(f"llama.cpp could not create a context of {n_seq} sequences x {seq_len} cells")
-        self.ctx, self._ctx_size = ctx, (seq_len, n_seq)
+            raise RuntimeError(f"llama.cpp could not create a {layout} context of {n_seq} sequences, {cells} cells")
+        self.ctx, self._ctx_key = ctx, (layout, cells, n_seq)
         self._apply_adapter()
         return ctx
+
+    def pick_layout(self, rows: int) -> str:
+        """The KV layout for a call of `rows` rows: the configured one, or under "auto" the one not yet
+        measured at this shape, else the faster measured one."""
+        if self.kv_layout != "auto":
+            return self.kv_layout
+        untried = [lay for lay in KV_LAYOUTS[1:] if (lay, rows) not in self.layout_speed]
+        if untried:
+            return untried[0]
+        return max(KV_LAYOUTS[1:], key=lambda lay: self.layout_speed[(lay, rows)])
 
     def _decode(self, batch: Any, tokens: Sequence[tuple[int, int, int, bool]]) -> None:
         """Decode (token, pos, seq, want_logits) entries as one batch."""
@@ -232,9 +218,13 @@ class LlamaCppRuntime:
         rows = len(prompt_rows) * n
         if rows > MAX_SEQUENCES:
             raise ValueError(f"{rows} rows exceed llama.cpp's {MAX_SEQUENCES} sequences per context")
-        # llama.cpp pads each sequence's stream to a multiple of 256 cells anyway
-        seq_len = -(-(max(len(r) for r in prompt_rows) + cfg.max_new_tokens + 1) // 256) * 256
-        ctx = self._context(seq_len, rows)
+        layout = self.pick_layout(rows)
+        if layout == "split":
+            ctx = self._context(layout, _round_up(max(len(r) for r in prompt_rows) + cfg.max_new_tokens + 1), rows)
+        else:  # a prompt's cells are shared by its n samples
+            ctx = self._context(layout, _round_up(sum(len(r) for r in prompt_rows) + rows * (cfg.max_new_tokens + 1)),
+                                rows)
+        started = time.perf_counter()
         mem = self.lib.llama_get_memory(ctx)
         self.lib.llama_memory_clear(mem, True)
         rng = np.random.default_rng(seed)
@@ -251,8 +241,9 @@ class LlamaCppRuntime:
             alive = list(range(rows))
             stream = list(range(rows))  # the KV stream (sequence id) each row lives in
             logits = first
+            scratch = np.empty((rows, self.n_vocab), dtype=np.float32)  # the sampler's weights, reused
             for step in range(cfg.max_new_tokens):
-                token, logp = sample_rows(logits, cfg, rng)  # [b], [b]
+                token, logp = sample_rows(logits, cfg, rng, scratch)  # [b], [b]
                 still, freed = [], []
                 for j, r in enumerate(alive):
                     tokens[r].append(int(token[j]))
@@ -267,11 +258,15 @@ class LlamaCppRuntime:
                     break
                 next_token = {alive[j]: int(token[j]) for j in still}
                 alive = [alive[j] for j in still]
-                self._compact(mem, alive, stream, freed)
-                alive.sort(key=lambda r: stream[r])  # batch in stream order, as llama.cpp splits it fastest
+                if layout == "split":
+                    self._compact(mem, alive, stream, freed)
+                    alive.sort(key=lambda r: stream[r])  # batch in stream order, as llama.cpp splits it fastest
                 self._decode(batch, [(next_token[r], int(pos[r]), stream[r], True) for r in alive])
                 pos[alive] += 1
                 logits = self._logits(len(alive))
+            generated = sum(len(t) for t in tokens)
+            self.layout_speed[(layout, rows)] = generated / max(time.perf_counter() - started, 1e-9)
+            self.last_layout = layout
             return list(zip(tokens, logps, stopped))
         finally:
             self.lib.llama_batch_free(batch)
@@ -294,6 +289,11 @@ class LlamaCppConfig:
     sync_every: int = 1  # full fine-tuning: policy versions between weight refreshes (LoRA: every version)
     kv_type: str = "f16"  # KV cache element type: "f16" (llama.cpp's default) or "f32"
     gpu_layers: int = 0  # layers offloaded to a GPU build of llama.cpp (Metal on Apple); 0 = CPU
+    kv_layout: str = "auto"  # "split" (a KV stream per row), "unified" (one shared cache) or "auto" (measured)
+    # Base weights llama.cpp computes with: "auto" keeps f32 for full fine-tuning (rewritten from torch
+    # every sync, exact) and, for a LoRA base, bf16 where llama.cpp has hardware bf16 dot products on
+    # the CPU (faster, at ~4x the log-prob gap to torch of f16: bench/generate.md), else f16.
+    weights: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= 1024:
@@ -304,6 +304,18 @@ class LlamaCppConfig:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {self.kv_type!r}")
         if isinstance(self.gpu_layers, bool) or not isinstance(self.gpu_layers, int) or self.gpu_layers < 0:
             raise ValueError(f"gpu_layers must be an int >= 0, got {self.gpu_layers!r}")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {self.kv_layout!r}")
+        if self.weights not in WEIGHT_TYPES:
+            raise ValueError(f"weights must be one of {WEIGHT_TYPES}, got {self.weights!r}")
+
+    def base_weights(self, *, lora: bool) -> str:
+        """The GGUF type of the base weights llama.cpp will hold ("auto" resolved, see `weights`)."""
+        if self.weights != "auto":
+            return self.weights
+        if not lora:
+            return "f32"
+        return "bf16" if self.gpu_layers == 0 and native_bf16() else "f16"
 
 
 class LlamaCppGenerator:
@@ -339,7 +351,7 @@ class LlamaCppGenerator:
     def runtime(self) -> LlamaCppRuntime:
         if self._runtime is None:
             self._runtime = LlamaCppRuntime(self.base_gguf, threads=self._threads(), kv_type=self.cfg.kv_type,
-                                            gpu_layers=self.cfg.gpu_layers)
+                                            gpu_layers=self.cfg.gpu_layers, kv_layout=self.cfg.kv_layout)
         return self._runtime
 
     def sync(self, model: Any, policy_version: int) -> int:

@@ -3,7 +3,9 @@ and the clear errors (unknown id, GGUF not here, a running node, the hub unreach
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -85,6 +87,41 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     assert len(b_dirs) == 1 and b_dirs[0].name.startswith("tiny-b-")
     assert model_of(latest_checkpoint(b_dirs[0])) == "tiny-b"
     assert json.loads((latest_checkpoint(b_dirs[0]) / "state.json").read_text())["round"] == status["round"]
+    node.store.close()
+    restart_trains_the_switched_model(tmp_path, model_a, model_b, status["round"])
+
+
+def restart_trains_the_switched_model(data_dir: Path, model_a: Path, model_b: Path, rounds_so_far: int) -> None:
+    """The switch is remembered: `sapo run` without --model starts on model B, whose checkpoints stay
+    in B's own folder (the top folder still belongs to A), and rounds count on in the store."""
+    from engine.cli import run as run_cli
+    from engine.settings import ContributorSettings
+
+    assert ContributorSettings.load(data_dir).model == str(model_b)
+    parser = argparse.ArgumentParser()
+    run_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--solo", "--data-dir", str(data_dir)])
+    config = run_cli.build_config(args)
+    assert config.model == str(model_b)
+    assert run_cli.build_config(parser.parse_args(["run", "--data-dir", str(data_dir), "--model", "seed"])).model \
+        == "seed"  # an explicit --model wins for that run
+    sapo = preset("cpu-small").replace(num_local=2, completions=4, eval_every=0, checkpoint_every=2)
+    node = Node(dataclasses.replace(config, sapo=sapo, seed=3))
+
+    async def main() -> None:
+        await node.join()
+        await wait_for(node, lambda: node.status()["round"] >= rounds_so_far + 2)
+        await node.leave()
+
+    asyncio.run(main())
+    assert node.error is None and node.status()["model"] in ("tiny-b", str(model_b))
+    rounds = [r["round"] for r in node.history()["rounds"]]
+    assert rounds == list(range(1, node.status()["round"] + 1))  # none overwritten, none skipped
+    assert model_of(latest_checkpoint(data_dir / "checkpoints")) == "tiny-a"
+    (b_dir,) = (data_dir / "checkpoints" / "models").iterdir()
+    assert json.loads((latest_checkpoint(b_dir) / "state.json").read_text())["round"] == node.status()["round"]
+    with pytest.raises(ValueError, match="select_model"):
+        asyncio.run(node.update_settings({"model": "seed"}))
     node.store.close()
 
 

@@ -173,3 +173,20 @@ def test_dequantized_copy_keeps_metadata_and_values(tiny: dict[str, Any], tmp_pa
     runtime = LlamaCppRuntime(out, threads=1)  # llama.cpp takes the rewritten file
     assert runtime.n_vocab == len(src.fields["tokenizer.ggml.tokens"].contents())
     runtime.close()
+
+
+def test_dequantized_copy_in_bf16_rounds_to_bfloat16(tiny: dict[str, Any], tmp_path: Path) -> None:
+    import gguf
+
+    from engine.models.gguf_convert import _as_float, dequantized_copy
+
+    q8 = convert_hf_to_gguf(tiny["dir"], tmp_path / "q8.gguf", outtype="q8_0", converter=ensure_converter())
+    out = dequantized_copy(q8, tmp_path / "bf16.gguf", dtype="bf16")
+    dst = {t.name: t for t in gguf.GGUFReader(str(out)).tensors}
+    assert dst["blk.0.attn_q.weight"].tensor_type == gguf.GGMLQuantizationType.BF16
+    assert dst["blk.0.attn_norm.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    for s in gguf.GGUFReader(str(q8)).tensors:
+        want = _as_float(s)
+        assert np.allclose(_as_float(dst[s.name]), want, rtol=2 ** -8, atol=1e-6), s.name  # bf16: 8 mantissa bits
+    with pytest.raises(ValueError, match="dtype"):
+        dequantized_copy(q8, tmp_path / "x.gguf", dtype="q4")

@@ -31,8 +31,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def make_generator(tiny: dict[str, Path], model: Any, tmp_path: Path, lora: Any = None,
-                   sync_every: int = 1) -> LlamaCppGenerator:
-    cfg = LlamaCppConfig(threads=1, kv_type="f32", sync_every=sync_every)
+                   sync_every: int = 1, kv_layout: str = "split") -> LlamaCppGenerator:
+    cfg = LlamaCppConfig(threads=1, kv_type="f32", sync_every=sync_every, kv_layout=kv_layout)
     return llamacpp_generator_for(model, tiny["gguf"], tmp_path / "work", lora=lora, cfg=cfg)
 
 
@@ -177,20 +177,54 @@ def test_node_trains_with_the_llamacpp_backend(tiny: dict[str, Path], tmp_path: 
     node.store.close()
 
 
-def test_rows_finishing_at_different_times_keep_their_own_cache(tiny: dict[str, Path], tmp_path: Path) -> None:
-    """Finished rows free their KV streams and live rows are moved down into them (compaction); a
-    moved row must keep attending to its own history."""
+@pytest.mark.parametrize("layout", ["split", "unified"])
+def test_rows_finishing_at_different_times_keep_their_own_cache(tiny: dict[str, Path], tmp_path: Path,
+                                                                layout: str) -> None:
+    """Split: finished rows free their KV streams and live rows are moved down into them (compaction);
+    a moved row must keep attending to its own history. Unified: a prompt's cells are shared by its
+    samples, and a finished row's own cells are dropped without touching its siblings'."""
     from engine.models.generate import Completion
 
     model, tok = load_policy(tiny["dir"])
-    gen = make_generator(tiny, model, tmp_path)
+    gen = make_generator(tiny, model, tmp_path, kv_layout=layout)
     gen.sync(model, 0)
     stop = set(range(3, 3 + 40))  # many stop tokens: rows end at scattered steps
     rows = encode_prompts(tok, PROMPTS)
     sampled = gen.runtime().sample(rows, 8, SampleConfig(max_new_tokens=24), stop, seed=3)
+    assert gen.runtime().last_layout == layout
     lengths = {len(t) for t, _, _ in sampled}
     assert len(lengths) >= 4 and any(s for _, _, s in sampled) and not all(s for _, _, s in sampled)
     groups = [[Completion("", tuple(t), tuple(lp), not s) for t, lp, s in sampled[p * 8:(p + 1) * 8]]
               for p in range(len(PROMPTS))]
     assert max_logprob_gap(model, tok, groups) < TOL
     gen.close()
+
+
+def test_auto_layout_measures_both_then_keeps_the_faster(tiny: dict[str, Path], tmp_path: Path) -> None:
+    model, tok = load_policy(tiny["dir"])
+    gen = make_generator(tiny, model, tmp_path, kv_layout="auto")
+    gen.sync(model, 0)
+    runtime = gen.runtime()
+    cfg = SampleConfig(max_new_tokens=8)
+    used, before = [], {}
+    for seed in range(3):
+        before = dict(runtime.layout_speed)
+        groups = gen.generate(model, tok, PROMPTS, 4, cfg, seed=seed)
+        used.append(runtime.last_layout)
+        assert max_logprob_gap(model, tok, groups) < TOL  # either layout samples the same policy
+    assert used[:2] == ["split", "unified"]  # one call each at this shape (8 rows)...
+    assert used[2] == max(("split", "unified"), key=lambda lay: before[(lay, 8)])  # ...then the faster
+    runtime.layout_speed[("split", 8)], runtime.layout_speed[("unified", 8)] = 1.0, 2.0
+    assert runtime.pick_layout(8) == "unified"
+    assert runtime.pick_layout(2) == "split"  # a new shape is measured afresh
+    gen.close()
+
+
+def test_base_weight_types() -> None:
+    from engine.models.llamacpp import native_bf16
+
+    assert LlamaCppConfig(weights="f16").base_weights(lora=True) == "f16"
+    assert LlamaCppConfig(weights="bf16").base_weights(lora=False) == "bf16"
+    assert LlamaCppConfig().base_weights(lora=False) == "f32"  # full fine-tuning: exact copies of torch
+    assert LlamaCppConfig(gpu_layers=99).base_weights(lora=True) == "f16"
+    assert LlamaCppConfig().base_weights(lora=True) == ("bf16" if native_bf16() else "f16")

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from engine.models.generate import SampleConfig, filter_logits
-from engine.models.llamacpp import LlamaCppConfig, filter_logits_np, log_softmax, sample_rows
+from engine.models.llamacpp import LlamaCppConfig
+from engine.models.sampling_np import chunk_sums, filter_logits_np, inverse_cdf, log_softmax, sample_rows
 
 
 def test_log_softmax_is_normalised_and_shift_invariant() -> None:
@@ -70,7 +71,38 @@ def test_same_seed_same_draws() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"threads": -1}, {"sync_every": 0}, {"kv_type": "q4"}, {"gpu_layers": -2},
-                                 {"threads": True}])
+                                 {"kv_layout": "paged"}, {"weights": "q4_0"}, {"threads": True}])
 def test_config_rejects_bad_values(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         LlamaCppConfig(**bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("vocab", "chunk"), [(50, 7), (64, 16), (5, 512)])
+def test_two_level_inverse_cdf_matches_a_full_cumsum(vocab: int, chunk: int) -> None:
+    rng = np.random.default_rng(5)
+    weights = rng.random((300, vocab)) * (rng.random((300, vocab)) < 0.6)  # [B, V] with zero-weight gaps
+    weights[:, 0] += 1e-3  # every row has mass
+    u = rng.random(300) * weights.sum(axis=1)
+    expected = np.array([np.searchsorted(np.cumsum(w), x, side="right") for w, x in zip(weights, u)])
+    assert np.array_equal(inverse_cdf(weights, u, chunk=chunk), expected)
+    assert np.array_equal(chunk_sums(weights, chunk).sum(axis=1).round(9), weights.sum(axis=1).round(9))
+
+
+def test_inverse_cdf_never_returns_a_zero_weight_token_at_the_edges() -> None:
+    weights = np.zeros((3, 40))
+    weights[0, 3] = weights[1, 11] = 1.0
+    weights[2, [0, 17]] = 0.5
+    u = weights.sum(axis=1) * (1.0 + 1e-12)  # rounding past the end of the row
+    assert inverse_cdf(weights, u, chunk=8).tolist() == [3, 11, 17]
+    assert inverse_cdf(weights, np.zeros(3), chunk=8).tolist() == [3, 11, 0]
+
+
+def test_scratch_buffer_is_reused_and_the_logits_are_left_untouched() -> None:
+    logits = np.random.default_rng(6).normal(size=(6, 1100)).astype(np.float32)  # ragged last chunk
+    before = logits.copy()
+    scratch = np.empty((8, 1100), dtype=np.float32)
+    token, logp = sample_rows(logits, SampleConfig(temperature=0.7), np.random.default_rng(1), scratch)
+    assert np.array_equal(logits, before)
+    again = sample_rows(logits, SampleConfig(temperature=0.7), np.random.default_rng(1))
+    assert np.array_equal(token, again[0]) and np.allclose(logp, again[1])
+    assert np.allclose(logp, log_softmax(logits / 0.7)[np.arange(6), token], atol=1e-5)

@@ -1,0 +1,57 @@
+"""Where and what a node trains: the device, torch's thread count, and the model's local files.
+
+Shared by the node and the model backends (which resolve catalog ids to downloaded directories).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def pick_device(requested: str | None, use_gpu: bool) -> str:
+    if requested is not None:
+        return requested
+    if not use_gpu:
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def set_train_threads(device: str, cores: int) -> None:
+    """Training threads: the contributor's cap, else all physical cores but one (the desktop stays usable)."""
+    import torch
+
+    from engine.hardware import cpu_info
+
+    if device == "cpu":
+        torch.set_num_threads(cores or max(1, cpu_info().physical_cores - 1))
+
+
+def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
+    """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
+    models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
+    class, e.g. engine.control.model_switch.hub_progress_class)."""
+    from engine.models import catalog
+    from engine.models.policy import LoraSpec
+    from engine.paths import SEED_MODEL_DIR
+
+    if model == "seed":
+        return "seed", SEED_MODEL_DIR, None
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path.name, path, None
+    spec = catalog.get(model)  # KeyError names the known ids
+    if spec.is_gguf or spec.hf_repo is None:
+        raise ValueError(f"{model} is a GGUF build: run it with the llama.cpp backend")
+    from huggingface_hub import snapshot_download
+
+    local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
+                                   tqdm_class=progress))
+    return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                    "up_proj", "down_proj"))
