@@ -17,6 +17,8 @@ def register(sub: Any) -> None:
     p.add_argument("--link", action="append", default=[], metavar="URL",
                    help="another bootstrap server to link with (ws://host:port); repeatable")
     p.add_argument("--max-connections", type=int, default=1000, help="peers at most (default 1000)")
+    p.add_argument("--max-per-ip", type=int, default=32,
+                   help="connections from one IP address at most (default 32; 0 = no cap, e.g. behind a proxy)")
     p.add_argument("--peer-rate", type=float, default=None,
                    help="frames per second one peer may send (token bucket refill)")
     p.add_argument("--data-dir", type=Path, default=None,
@@ -39,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         if args.peer_rate is not None:
             limits = dataclasses.replace(limits, peer_rate_per_s=args.peer_rate)
         config = BootstrapConfig(host=args.host, port=args.port, link_urls=tuple(args.link),
-                                 max_connections=args.max_connections, limits=limits)
+                                 max_connections=args.max_connections, max_connections_per_ip=args.max_per_ip,
+                                 limits=limits)
         identity = Identity.load_or_create(args.data_dir) if args.data_dir else Identity.generate()
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)

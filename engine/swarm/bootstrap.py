@@ -33,6 +33,12 @@ LIVENESS_PROBE_S = 2.0  # a new instance of a connected id: ping the old link th
 Log = Callable[[str, str], None]
 
 
+def _ip(connection: Any) -> str:
+    """The remote IP address of a server connection ("" where the transport does not say)."""
+    address = getattr(connection, "remote_address", None)
+    return str(address[0]) if address else ""
+
+
 def _stderr_log(level: str, message: str) -> None:
     import sys
 
@@ -48,6 +54,7 @@ class BootstrapServer:
         self.protocol = p.SwarmProtocol(self.identity, config.limits)
         self._log = log
         self._links: set[Link] = set()
+        self._per_ip: dict[str, int] = {}  # remote IP -> open inbound connections
         self._nodes: dict[str, Link] = {}  # peer id -> open link of a node
         self._bootstraps: set[Link] = set()  # open links to other bootstrap servers
         self._remote: dict[Link, tuple[PeerEntry, ...]] = {}  # peers that linked bootstraps list
@@ -57,6 +64,7 @@ class BootstrapServer:
         self._started_at = time.time()
         self.rollout_frames = 0  # rollout frames accepted for relay
         self.frames_relayed = 0  # deliveries (one frame to one link)
+        self.refused_per_ip = 0  # handshakes refused by the per-address cap
         self._stopping = False
 
     # --- lifecycle ----------------------------------------------------------------------------------
@@ -107,6 +115,11 @@ class BootstrapServer:
         if len(self._links) >= self.config.max_connections or self._stopping:
             return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
                             b"bootstrap at its connection cap; try again later\n")
+        cap = self.config.max_connections_per_ip
+        if cap and self._per_ip.get(_ip(connection), 0) >= cap:
+            self.refused_per_ip += 1
+            return Response(429, "Too Many Requests", Headers({"Content-Type": "text/plain"}),
+                            f"{cap} connections from this address already\n".encode())
         return None
 
     def status(self) -> dict[str, Any]:
@@ -120,6 +133,7 @@ class BootstrapServer:
             "service": "sapo-bootstrap", "protocol": p.PROTOCOL_VERSION, "id": self.identity.peer_id,
             "name": self.identity.name, "uptime_s": round(now - self._started_at, 1),
             "connections": len(self._links), "max_connections": self.config.max_connections,
+            "max_connections_per_ip": self.config.max_connections_per_ip, "refused_per_ip": self.refused_per_ip,
             "peers": peers,
             "linked_bootstraps": [{"id": link.peer_id, "address": link.address} for link in self._bootstraps],
             "remote_peers": len({e.peer_id for entries in self._remote.values() for e in entries}),
@@ -138,7 +152,14 @@ class BootstrapServer:
 
     async def _accept(self, ws: ServerConnection) -> None:
         host, port = ws.remote_address[:2]
-        await self._run_link(self._new_link(ws, False, f"{host}:{port}"))
+        ip = _ip(ws)
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+        try:
+            await self._run_link(self._new_link(ws, False, f"{host}:{port}"))
+        finally:
+            left = self._per_ip.pop(ip) - 1
+            if left:
+                self._per_ip[ip] = left
 
     async def _run_link(self, link: Link) -> None:
         self._links.add(link)

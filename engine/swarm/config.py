@@ -153,6 +153,9 @@ class BootstrapConfig:
     port: int = 7700  # port to bind (0 = any free)
     link_urls: tuple[str, ...] = ()  # other bootstrap servers to link to (relay both ways)
     max_connections: int = 1000  # peers at most; beyond, the handshake gets HTTP 503
+    # connections from one IP address at most (HTTP 429 beyond): one host cannot take every slot.
+    # A household or lab behind one NAT shares an address; 0 = no per-address cap (behind a proxy)
+    max_connections_per_ip: int = 32
     limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
     link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
 
@@ -164,3 +167,7 @@ class BootstrapConfig:
         for url in self.link_urls:
             _ws_url("BootstrapConfig", url)
         _positive("BootstrapConfig", max_connections=self.max_connections)
+        if isinstance(self.max_connections_per_ip, bool) or not isinstance(self.max_connections_per_ip, int) \
+                or self.max_connections_per_ip < 0:
+            raise ValueError(f"BootstrapConfig.max_connections_per_ip must be an int >= 0, "
+                             f"got {self.max_connections_per_ip!r}")

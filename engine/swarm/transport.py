@@ -52,6 +52,9 @@ def explain(url: str, exc: BaseException, timeout_s: float) -> TransportError:
         if code == 503:
             return CapacityError(f"could not join {url}: the server is full (HTTP 503) — try again later "
                                  "or use another bootstrap server")
+        if code == 429:
+            return CapacityError(f"could not join {url}: too many connections from this network address "
+                                 "(HTTP 429) — other nodes behind the same router use it; try again later")
         return ConnectError(url, f"the server answered HTTP {code}", peer_hint)
     if isinstance(exc, InvalidURI):
         return ConnectError(url, "not a valid websocket URL", "write it as ws://host:port")

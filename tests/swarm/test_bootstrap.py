@@ -218,3 +218,32 @@ async def test_connection_cap_gives_a_clear_error() -> None:
         await a.service.stop()
         await b.service.stop()
         await server.stop()
+
+
+@async_test
+async def test_per_address_cap_refuses_one_host_taking_every_slot() -> None:
+    server = await start_bootstrap(max_connections_per_ip=2)
+    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(3)]
+    try:
+        for node in nodes[:2]:
+            await node.service.start()
+        await wait_for(lambda: registered(server) == 2, what="two nodes registered")
+        await nodes[2].service.start()
+        await wait_for(lambda: nodes[2].of_type("LogRecord"), what="the third node's warning")
+        message = nodes[2].of_type("LogRecord")[0].message
+        assert "HTTP 429" in message and "same router" in message
+        st = await status(server)
+        assert st["refused_per_ip"] >= 1 and st["max_connections_per_ip"] == 2 and len(st["peers"]) == 2
+        await nodes[0].service.stop()  # a slot frees up: the third node gets in on its next try
+        await wait_for(lambda: registered(server) == 2 and nodes[2].peer_ids() == {nodes[1].identity.peer_id},
+                       what="the third node joining once a slot is free", timeout=20.0)
+    finally:
+        for node in nodes:
+            await node.service.stop()
+        await server.stop()
+
+
+def test_per_address_cap_is_validated() -> None:
+    with pytest.raises(ValueError, match="max_connections_per_ip"):
+        BootstrapConfig(max_connections_per_ip=-1)
+    assert BootstrapConfig(max_connections_per_ip=0).max_connections_per_ip == 0
