@@ -22,6 +22,7 @@ from engine.sapo.grpo import LOSS_NORMS
 from engine.sapo.sampler import SAMPLERS
 
 PROMPT_STYLES = ("compact", "chat-text")
+AUTOCAST_MODES = ("auto", "off", "bf16")
 
 
 def _int(name: str, value: Any, low: int, high: int = 2**31 - 1) -> None:
@@ -66,6 +67,10 @@ class SapoConfig:
     micro_batch: int = 64  # max completions per forward/backward chunk (memory bound; not the step size)
     micro_batch_tokens: int = 2048  # max packed positions (prompts + completions) per forward/backward chunk
     pack_len: int = 256  # max positions of one packed sequence (attention cost grows with its square)
+    # Mixed precision of the update's forward/backward: "auto" = bf16 autocast when LoRA adapters train
+    # on full-precision CPU weights and the CPU has native bf16 (AVX512-BF16 / AMX): ~2.4x faster updates
+    # on SmolLM2-135M here; full fine-tuning, GPUs and other CPUs stay as loaded. "off" or "bf16" force it.
+    autocast: str = "auto"
     checkpoint_every: int = 10  # rounds between checkpoints (and one on clean stop); 0 = only on stop
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     eval_every: int = 100  # rounds between held-out evaluations; 0 = never during training
@@ -108,6 +113,8 @@ class SapoConfig:
         _int("micro_batch", self.micro_batch, 1, 4096)
         _int("micro_batch_tokens", self.micro_batch_tokens, 1, 2**24)
         _int("pack_len", self.pack_len, 1, 2**20)
+        if self.autocast not in AUTOCAST_MODES:
+            raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {self.autocast!r}")
         _int("checkpoint_every", self.checkpoint_every, 0)
         _int("keep_checkpoints", self.keep_checkpoints, 1, 1000)
         _int("eval_every", self.eval_every, 0)

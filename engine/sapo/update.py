@@ -9,9 +9,10 @@ grpo's docstring); with more passes one no-grad forward computes them before the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,37 @@ class UpdateStats:
     tokens: int  # completion tokens that entered the loss (one pass)
     steps: int  # optimizer steps taken
     seconds: float
+
+
+def autocast_dtype(mode: str, model: Any) -> torch.dtype | None:
+    """The autocast dtype of the update's passes for SapoConfig.autocast `mode` (None = as loaded).
+
+    auto: bf16 only for LoRA adapters on fp32 CPU weights on a CPU with native bf16 dot products
+    (oneDNN uses AVX512-BF16 / AMX there; elsewhere bf16 is emulated and slower). Full fine-tuning
+    keeps fp32: every weight's update would be computed from bf16 activations.
+    """
+    if mode == "off":
+        return None
+    if mode == "bf16":
+        return torch.bfloat16
+    first = next(model.parameters())
+    lora = any("lora_" in name for name, p in model.named_parameters() if p.requires_grad)
+    quantized = bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False))
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and (
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    if first.device.type == "cpu" and first.dtype == torch.float32 and lora and not quantized and native:
+        return torch.bfloat16
+    return None
+
+
+@contextlib.contextmanager
+def _precision(dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
+    """Autocast for the model's forward (and so its backward); the loss math after it stays fp32."""
+    if dtype is None:
+        yield
+    else:
+        with torch.autocast(device_type=device.type, dtype=dtype):
+            yield
 
 
 def _has_gen(row: TrainRow) -> bool:
@@ -132,7 +164,8 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
                              torch.tensor(gen, device=device).clamp(max=0.0),  # a log-prob is <= 0
                              torch.tensor([_has_gen(r) for r in part], device=device)))
     temperature = cfg.sampling.temperature
-    with torch.no_grad():
+    precision = autocast_dtype(cfg.autocast, model)
+    with torch.no_grad(), _precision(precision, device):  # old and reference under the same numerics
         for c in chunks:
             if cfg.num_iterations > 1:
                 c.old = packed_token_logprobs(model, c.batch, temperature)[0]
@@ -148,7 +181,8 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         optimizer.zero_grad(set_to_none=True)
         loss_total, binds_total = 0.0, 0.0
         for c in chunks:
-            logp, ent = packed_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
+            with _precision(precision, device):
+                logp, ent = packed_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
             old = c.old if c.old is not None else logp.detach()
             mask = c.batch.completion_mask  # [b, C]
             adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),

@@ -172,3 +172,38 @@ def test_kl_anchor_acts_on_external_rows_only(tiny: tuple[Any, Any]) -> None:
     assert losses["own"] == pytest.approx(losses["own+anchor"], abs=1e-6)  # no external row: no anchor
     assert losses["ext"][0] == pytest.approx(losses["ext+anchor"][0], abs=1e-6)  # KL is 0 before a step
     assert losses["ext+anchor"][1] > losses["ext"][1] + 1e-4  # after one step the anchor pulls back
+
+
+def test_autocast_choice_follows_the_model_and_the_cpu(tiny: tuple[Any, Any]) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from engine.sapo.update import autocast_dtype
+
+    model, _ = tiny
+    assert autocast_dtype("auto", model) is None  # full fine-tuning stays fp32
+    assert autocast_dtype("off", model) is None and autocast_dtype("bf16", model) is torch.bfloat16
+    lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported() and (
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    assert autocast_dtype("auto", lora) is (torch.bfloat16 if native else None)
+    assert autocast_dtype("auto", lora.to(torch.bfloat16)) is None  # already half precision: as loaded
+
+
+def test_bf16_autocast_takes_the_same_step_to_bf16_precision(tiny: tuple[Any, Any]) -> None:
+    model, tok = tiny
+    rows = _rows(model, tok, [1.0, -1.0, 0.5, -0.5])
+    results = []
+    for mode in ("off", "bf16"):
+        m = copy.deepcopy(model)
+        stats = policy_update(m, make_optimizer(m, _cfg(lr=1e-2, autocast=mode)), rows,
+                              _cfg(lr=1e-2, autocast=mode, beta=0.04), tok.pad_token_id, ref_model=model)
+        results.append((stats, torch.cat([p.detach().flatten() for p in m.parameters()])))
+    (fp32, w32), (bf16, w16) = results
+    assert bf16.loss == pytest.approx(fp32.loss, rel=0.05, abs=1e-3)
+    assert bf16.kl == pytest.approx(0.0, abs=1e-3)  # reference and policy under the same numerics
+    start = torch.cat([p.detach().flatten() for p in model.parameters()])
+    step32, step16 = w32 - start, w16 - start
+    assert torch.nn.functional.cosine_similarity(step32, step16, dim=0) > 0.9  # the same direction
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
+    with pytest.raises(ValueError, match="autocast"):
+        SapoConfig(autocast="fp8")
