@@ -17,6 +17,7 @@ BENCHES: dict[str, str] = {
     "relay": "engine.bench.relay",
     "gui": "engine.bench.gui",
     "generate": "engine.bench.generate",
+    "cpu-round": "engine.bench.cpu_round",
 }
 
 

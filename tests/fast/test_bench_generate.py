@@ -21,3 +21,14 @@ def test_generate_bench_runs_both_generators_on_the_seed(tmp_path: Path) -> None
     assert saved["models"]["seed"]["generate"]["llamacpp"]["speedup"] == g["llamacpp"]["speedup"]
     table = (tmp_path / "generate.md").read_text()
     assert "| seed | 48 | HF generate |" in table and "| seed | 48 | llama.cpp | f32," in table
+
+
+def test_cpu_round_bench_trains_every_completion_in_each_configuration(tmp_path: Path) -> None:
+    from engine.bench import cpu_round
+
+    result = cpu_round.run(out_dir=tmp_path, model="seed", rounds=1, max_new_tokens=16)
+    assert set(result["configs"]) == {"hf-fp32", "llamacpp-fp32", "llamacpp-bf16"}
+    for c in result["configs"].values():
+        assert c["rounds"][0]["rows_trained"] == 64 and c["median"]["update"] > 0  # alternating rewards
+    table = (tmp_path / "cpu_round.md").read_text()
+    assert "| llamacpp-bf16 |" in table and "1.00x" in table
