@@ -81,9 +81,9 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
 
 def table(result: dict[str, Any]) -> str:
     base = result["configs"]["hf-fp32"]["median"]["total"]
-    lines = [f"{result['model']}, {result['threads']} thread(s), paper round 8 x 8, {result['max_new_tokens']}-token cap, "
-             f"every completion trained (synthetic alternating rewards); median of {result['rounds']} rounds; "
-             f"load average {result['load_average_at_start']:.1f} -> {result['load_average_at_end']:.1f}", "",
+    lines = [(f"{result['model']}, {result['threads']} thread(s), paper round 8 x 8, {result['max_new_tokens']}-token "
+              f"cap, every completion trained (synthetic alternating rewards); median of {result['rounds']} rounds; "
+              f"load average {result['load_average_at_start']:.1f} -> {result['load_average_at_end']:.1f}"), "",
              "| configuration | generate s | update s | round s | vs hf-fp32 | round 1 update s |",
              "|---|---|---|---|---|---|"]
     for name, c in result["configs"].items():
