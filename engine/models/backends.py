@@ -213,19 +213,20 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
         return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, gen, "llamacpp",
                                           f"llama.cpp ({weights}) + transformers (LoRA)", None))
 
-    from engine.models.resolve import resolve_model
+    from engine.models.resolve import resolve_model, train_dtype
 
     spec_id, path, lora = resolve_model(model_id)
     quant = {"bnb-nf4": "nf4", "bnb-int8": "int8"}.get(backend)
     if quant is not None:
         lora = lora or LoraSpec(target_modules=DEFAULT_LORA_TARGETS)
-        dtype = "bfloat16" if device == "cuda" else "float32"
+        dtype = train_dtype(device, full_finetune=False)  # the compute dtype around the 4/8-bit base
         torch_model, tokenizer = load_policy(path, device=device, dtype=dtype, lora=lora, quantization=quant)
         if device == "cpu":
             keep_4bit_trainable_on_cpu(torch_model)
         label = f"transformers + bitsandbytes {quant} (" + ("QLoRA)" if quant == "nf4" else "LoRA)")
         return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend, label, None))
-    torch_model, tokenizer = load_policy(path, device=device, lora=lora)
+    torch_model, tokenizer = load_policy(path, device=device, lora=lora,
+                                         dtype=train_dtype(device, full_finetune=lora is None))
     suffix = " (LoRA)" if lora is not None else ""
     if backend == "transformers":
         return _finish(spec, LoadedPolicy(spec_id, torch_model, tokenizer, HFGenerator(), backend,

@@ -55,3 +55,20 @@ def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
                                    tqdm_class=progress))
     return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                     "up_proj", "down_proj"))
+
+
+def train_dtype(device: str, full_finetune: bool) -> str:
+    """The dtype a policy's weights are loaded in for training on `device` (the fit's plans).
+
+    Checkpoints say their own dtype (Qwen2.5 and SmolLM2 ship bf16) and transformers 5 loads that by
+    default; training wants it chosen: full fine-tuning keeps fp32 everywhere (no master copy to
+    round into), LoRA freezes the base in half precision on GPUs (bf16 where the card has it, else
+    fp16; fp16 on MPS) and fp32 on CPUs, where the update may autocast to bf16 (SapoConfig.autocast).
+    """
+    if full_finetune or device == "cpu":
+        return "float32"
+    if device == "mps":
+        return "float16"
+    import torch
+
+    return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float16"

@@ -124,3 +124,24 @@ def test_qlora_gradients_survive_a_generation_pass(tmp_path: Path) -> None:
     assert before.keys() == after.keys() and len(before) >= 4
     for name, grad in before.items():
         assert torch.allclose(after[name], grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_training_weights_are_loaded_in_the_planned_dtype_not_the_checkpoints(tmp_path: Path) -> None:
+    """A bf16 checkpoint (as Qwen2.5 and SmolLM2 ship) trains from fp32 weights on a CPU."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from engine.models.backends import load_for_node
+    from engine.models.resolve import train_dtype
+
+    src = build_tiny_policy(tmp_path / "fp32")
+    half = tmp_path / "bf16-checkpoint"
+    AutoModelForCausalLM.from_pretrained(src, local_files_only=True).to(torch.bfloat16).save_pretrained(half)
+    for f in src.iterdir():
+        if not (half / f.name).exists():
+            shutil.copy(f, half / f.name)
+    loaded = load_for_node(str(half), "transformers", "cpu", tmp_path / "data")
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
+    assert train_dtype("cpu", full_finetune=False) == train_dtype("cuda", full_finetune=True) == "float32"
+    assert train_dtype("mps", full_finetune=False) == "float16"
