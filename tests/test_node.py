@@ -109,3 +109,22 @@ def test_snoozed_node_pauses_with_the_reason(tmp_path: Path, tiny_model: Path) -
 
     asyncio.run(main())
     node.store.close()
+
+
+def test_run_flags_reach_the_llamacpp_config(tmp_path: Path) -> None:
+    import argparse
+
+    from engine.cli import run as run_cli
+    from engine.models.llamacpp import LlamaCppConfig
+
+    parser = argparse.ArgumentParser()
+    run_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["run", "--data-dir", str(tmp_path), "--backend", "llamacpp",
+                              "--llamacpp-weights", "f16", "--llamacpp-kv", "unified"])
+    config = run_cli.build_config(args)
+    assert config.backend == "llamacpp" and config.model == "seed"
+    assert config.llamacpp == LlamaCppConfig(weights="f16", kv_layout="unified")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["run", "--llamacpp-weights", "q4_0"])
+    with pytest.raises(TypeError, match="LlamaCppConfig"):
+        NodeConfig(data_dir=tmp_path, llamacpp={"weights": "f16"})
