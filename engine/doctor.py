@@ -48,4 +48,22 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
         "can_fetch": fetch,
         "pick": {k: getattr(chosen, k) for k in keys} | {"round_seconds": chosen.round_seconds},
         "candidates": [e.to_dict() for e in candidates],
+        "fast_paths": fast_paths(),
     }
+
+
+def fast_paths() -> dict[str, Any]:
+    """This machine's software speed-ups (not the hypothetical device's): llama.cpp for generation,
+    with bf16 weights where its build has hardware bf16, and bf16 autocast for LoRA updates on CPU."""
+    from engine.hardware import torch_cpu_bf16
+
+    try:
+        from importlib.metadata import version
+
+        from engine.models.llamacpp import native_bf16
+
+        llamacpp: str | None = version("llama-cpp-python")
+        llamacpp_bf16 = native_bf16()
+    except Exception:  # noqa: BLE001 (not installed, or its library does not load here: both mean "none")
+        llamacpp, llamacpp_bf16 = None, False
+    return {"llamacpp": llamacpp, "llamacpp_bf16": llamacpp_bf16, "torch_cpu_bf16": torch_cpu_bf16()}

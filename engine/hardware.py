@@ -126,6 +126,15 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
+def torch_cpu_bf16() -> bool:
+    """Whether torch runs bf16 matmuls natively on this CPU (oneDNN with AVX512-BF16 or AMX); elsewhere
+    bf16 is emulated and slower than fp32."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and (
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
 def battery() -> Battery:
     """psutil says None both for "no battery" and "can't tell"; on Linux we can tell them apart."""
     try:

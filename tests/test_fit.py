@@ -103,6 +103,10 @@ def test_doctor_json_shape() -> None:
                                  "verdict", "reason"}
     assert data["pick"]["estimated_bytes"] > 0 and data["pick"]["reason"]
     assert len(data["candidates"]) >= 10
+    fast = data["fast_paths"]  # this machine's speed-ups, whatever device is sized
+    assert set(fast) == {"llamacpp", "llamacpp_bf16", "torch_cpu_bf16"}
+    assert isinstance(fast["llamacpp_bf16"], bool) and isinstance(fast["torch_cpu_bf16"], bool)
+    assert fast["llamacpp"] is None or fast["llamacpp"][0].isdigit()
 
 
 def test_doctor_hypothetical_machine_flags() -> None:

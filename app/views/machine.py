@@ -89,7 +89,8 @@ class MachineView(QWidget):
         pick_box = QGroupBox("Model")
         self.pick_form = QFormLayout(pick_box)
         self.labels: dict[str, QLabel] = {}
-        for form, keys in ((self.device_form, ("Device", "Processor", "Memory", "Memory budget", "GPU", "Battery")),
+        for form, keys in ((self.device_form, ("Device", "Processor", "Memory", "Memory budget", "GPU", "Battery",
+                                             "Fast paths")),
                            (self.pick_form, ("Model", "Backend", "Memory needed", "Verdict", "Round time", "Why"))):
             for key in keys:
                 label = QLabel("–")
@@ -148,6 +149,7 @@ class MachineView(QWidget):
         battery = _get(device, "battery") or {}
         self._label(False, "Battery", "none" if not _get(battery, "present") else
                     f"{_text(_get(battery, 'percent'))}%, {'plugged in' if _get(battery, 'plugged_in') else 'on battery'}")
+        self._label(False, "Fast paths", fast_paths_text(_get(machine, "fast_paths")))
         pick = _get(machine, "pick") or {}
         self._label(True, "Model", _get(pick, "model"))
         self._label(True, "Backend", " ".join(str(v) for v in (_get(pick, "backend"), _get(pick, "quantization")) if v))
@@ -229,3 +231,16 @@ class MachineView(QWidget):
         if self.progress_label.property("role") != ("error" if error else "hint"):
             self.progress_label.setProperty("role", "error" if error else "hint")
             self.progress_label.style().polish(self.progress_label)
+
+
+def fast_paths_text(fast: Any) -> str:
+    """The engine's speed-ups in words (the report is untrusted: anything malformed reads "unknown")."""
+    if not isinstance(fast, dict):
+        return "unknown"
+    version = fast.get("llamacpp")
+    if isinstance(version, str) and version:
+        gen = f"llama.cpp {version[:20]}" + (" with bf16 weights" if fast.get("llamacpp_bf16") is True else "")
+    else:
+        gen = "llama.cpp not installed"
+    upd = "bf16 LoRA updates" if fast.get("torch_cpu_bf16") is True else "fp32 updates"
+    return f"{gen} · {upd}"

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from engine.hardware import torch_cpu_bf16
 from engine.sapo.config import SapoConfig
 from engine.sapo.external import apply_external_strategy
 from engine.sapo.grpo import clipped_token_objective, kl_k3, loss_denominator, masked_loss_sum
@@ -64,9 +65,7 @@ def autocast_dtype(mode: str, model: Any) -> torch.dtype | None:
     first = next(model.parameters())
     lora = any("lora_" in name for name, p in model.named_parameters() if p.requires_grad)
     quantized = bool(getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False))
-    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()) and (
-        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    if first.device.type == "cpu" and first.dtype == torch.float32 and lora and not quantized and native:
+    if first.device.type == "cpu" and first.dtype == torch.float32 and lora and not quantized and torch_cpu_bf16():
         return torch.bfloat16
     return None
 

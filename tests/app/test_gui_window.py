@@ -172,6 +172,18 @@ def test_machine_tab_shows_the_doctor_report(qtbot: QtBot, window: MainWindow, e
     assert report["pick"]["verdict"] in view.labels["True:Verdict"].text()
     assert {view.table.item(i, 0).text() for i in range(view.table.rowCount())} == \
         {c["model"] for c in report["candidates"]}
+    fast = view.labels["False:Fast paths"].text()
+    assert ("bf16 LoRA updates" if report["fast_paths"]["torch_cpu_bf16"] else "fp32 updates") in fast
+    assert ("not installed" not in fast) == bool(report["fast_paths"]["llamacpp"])
+
+
+def test_fast_paths_text_survives_a_malformed_report() -> None:
+    from app.views.machine import fast_paths_text
+
+    assert fast_paths_text(None) == fast_paths_text([1]) == "unknown"
+    assert fast_paths_text({"llamacpp": 3, "torch_cpu_bf16": "yes"}) == "llama.cpp not installed · fp32 updates"
+    assert fast_paths_text({"llamacpp": "0.3.36", "llamacpp_bf16": True, "torch_cpu_bf16": True}) == \
+        "llama.cpp 0.3.36 with bf16 weights · bf16 LoRA updates"
 
 
 def test_wrong_token_is_shown_and_nothing_is_allowed(qtbot: QtBot, engine: EngineThread) -> None:
