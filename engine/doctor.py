@@ -64,6 +64,6 @@ def fast_paths() -> dict[str, Any]:
 
         llamacpp: str | None = version("llama-cpp-python")
         llamacpp_bf16 = native_bf16()
-    except Exception:  # noqa: BLE001 (not installed, or its library does not load here: both mean "none")
+    except (ImportError, OSError, RuntimeError):  # not installed, or its library does not load here: "none"
         llamacpp, llamacpp_bf16 = None, False
     return {"llamacpp": llamacpp, "llamacpp_bf16": llamacpp_bf16, "torch_cpu_bf16": torch_cpu_bf16()}

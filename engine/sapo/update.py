@@ -9,10 +9,9 @@ grpo's docstring); with more passes one no-grad forward computes them before the
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,14 +69,10 @@ def autocast_dtype(mode: str, model: Any) -> torch.dtype | None:
     return None
 
 
-@contextlib.contextmanager
-def _precision(dtype: torch.dtype | None, device: torch.device) -> Iterator[None]:
-    """Autocast for the model's forward (and so its backward); the loss math after it stays fp32."""
-    if dtype is None:
-        yield
-    else:
-        with torch.autocast(device_type=device.type, dtype=dtype):
-            yield
+def _precision(dtype: torch.dtype | None, device: torch.device) -> torch.autocast:
+    """Autocast for the model's forward (and so its backward), a no-op for None; the loss math after
+    it stays fp32."""
+    return torch.autocast(device_type=device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 def _has_gen(row: TrainRow) -> bool:
