@@ -377,6 +377,11 @@ def dequantized_copy(src: Path, out: Path, dtype: str = "f16") -> Path:
         else:
             bf16 = gguf.GGMLQuantizationType.BF16
             writer.add_tensor(t.name, gguf.quants.quantize(values, bf16), raw_dtype=bf16)
+    return _write_atomically(writer, tmp, out)
+
+
+def _write_atomically(writer: Any, tmp: Path, out: Path) -> Path:
+    """Write a filled GGUFWriter's file (at `tmp`), then move it into place: readers never see half a file."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -418,12 +423,7 @@ def write_lora_adapter(plan: TensorPlan, pairs: Mapping[str, tuple[np.ndarray, n
             b = rope_permute(b, entry.rope_heads)  # (P W) = (P B) A: only B's rows move
         writer.add_tensor(entry.gguf_name + ".lora_a", np.ascontiguousarray(a, dtype=np.float32))
         writer.add_tensor(entry.gguf_name + ".lora_b", np.ascontiguousarray(b, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(out)
-    return out
+    return _write_atomically(writer, tmp, out)
 
 
 if __name__ == "__main__":  # `python -m engine.models.gguf_convert`: fetch the converter now (make install)
