@@ -111,7 +111,6 @@ class Node:
         self._model = config.model  # what the next trainer build loads; select_model changes it
         self._built_model: str | None = None  # what the live trainer was built from
         self._switching: str | None = None  # a select_model in progress
-        self._model_switches = 0
         self.finished = asyncio.Event()  # set when the worker ends (rounds limit, leave, or a crash)
         self.error: str | None = None
 
@@ -217,7 +216,6 @@ class Node:
             self._switching = None
         with self._lock:
             self._model, self._model_label = model_id, label
-            self._model_switches += 1
             self.settings = dataclasses.replace(self.settings, model=model_id)  # the next start trains it too
             self.settings.save(self.config.data_dir)
         self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,
