@@ -33,23 +33,11 @@ CONFIGS = {"hf-fp32": ("hf", "off"), "llamacpp-fp32": ("llamacpp", "off"), "llam
 
 def _round_phases(model: str, work: Path, threads: int, generator: str, autocast: str, rounds: int,
                   max_new_tokens: int) -> list[dict[str, float]]:
-    from engine.bench.generate import _load
-    from engine.models.backends import HFGenerator
-    from engine.sapo.config import preset
-    from engine.sapo.trainer import Trainer
-    from engine.tasks import library
+    from engine.bench.generate import round_trainer
 
-    loaded = _load(model, work, threads)
-    if generator == "hf":
-        loaded.generator.close()
-        loaded.generator = HFGenerator()
-    cfg = preset("paper")
-    cfg = cfg.replace(sampling=cfg.sampling.__class__(max_new_tokens=max_new_tokens), eval_every=0,
-                      checkpoint_every=0, autocast=autocast, prompt_style=loaded.prompt_style or cfg.prompt_style)
     flip = itertools.count()
-    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, library.preset("paper"), None, None, seed=0,
-                      model_id=loaded.model_id, generator=loaded.generator,
-                      reward_fn=lambda q, c: float(next(flip) % 2))
+    trainer, loaded = round_trainer(model, work, threads, generator, "paper", max_new_tokens,
+                                    reward_fn=lambda q, c: float(next(flip) % 2), autocast=autocast)
     out = []
     for _ in range(rounds):
         r = trainer.run_round()

@@ -38,6 +38,7 @@ def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
     models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
     class, e.g. engine.control.model_switch.hub_progress_class)."""
     from engine.models import catalog
+    from engine.models.backends import DEFAULT_LORA_TARGETS
     from engine.models.policy import LoraSpec
     from engine.paths import SEED_MODEL_DIR
 
@@ -53,8 +54,7 @@ def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
 
     local = Path(snapshot_download(spec.hf_repo, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"],
                                    tqdm_class=progress))
-    return spec.id, local, LoraSpec(target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                    "up_proj", "down_proj"))
+    return spec.id, local, LoraSpec(target_modules=DEFAULT_LORA_TARGETS)
 
 
 def train_dtype(device: str, full_finetune: bool) -> str:

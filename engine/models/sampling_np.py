@@ -97,13 +97,13 @@ def sample_rows(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
         weights *= np.float32(1.0 / temperature)
     np.exp(weights, out=weights)  # [B, V] unnormalised tempered probabilities
     sums = chunk_sums(weights)  # [B, C]
-    log_z = np.log(sums.sum(axis=1))  # [B] the untruncated normaliser
+    total = sums.sum(axis=1)  # [B] the untruncated normaliser
     if cfg.temperature == 0.0:
         token = logits.argmax(axis=-1).astype(np.int64)
     elif cfg.top_k or cfg.top_p < 1.0:
         kept = np.exp(filter_logits_np((logits - top[:, None]) / temperature, cfg.top_k, cfg.top_p))  # 0 outside
         token = inverse_cdf(kept, rng.random(b) * kept.sum(axis=-1))
     else:
-        token = inverse_cdf(weights, rng.random(b) * sums.sum(axis=1), sums)
+        token = inverse_cdf(weights, rng.random(b) * total, sums)
     chosen = (logits[rows, token].astype(np.float64) - top) / temperature  # [B] tempered, shifted
-    return token, (chosen - log_z).astype(np.float32)
+    return token, (chosen - np.log(total)).astype(np.float32)

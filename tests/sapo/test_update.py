@@ -177,15 +177,14 @@ def test_kl_anchor_acts_on_external_rows_only(tiny: tuple[Any, Any]) -> None:
 def test_autocast_choice_follows_the_model_and_the_cpu(tiny: tuple[Any, Any]) -> None:
     from peft import LoraConfig, get_peft_model
 
+    from engine.hardware import torch_cpu_bf16
     from engine.sapo.update import autocast_dtype
 
     model, _ = tiny
     assert autocast_dtype("auto", model) is None  # full fine-tuning stays fp32
     assert autocast_dtype("off", model) is None and autocast_dtype("bf16", model) is torch.bfloat16
     lora = get_peft_model(copy.deepcopy(model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    native = torch.ops.mkldnn._is_mkldnn_bf16_supported() and (
-        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    assert autocast_dtype("auto", lora) is (torch.bfloat16 if native else None)
+    assert autocast_dtype("auto", lora) is (torch.bfloat16 if torch_cpu_bf16() else None)
     assert autocast_dtype("auto", lora.to(torch.bfloat16)) is None  # already half precision: as loaded
 
 
