@@ -263,7 +263,8 @@ class Node:
             self._swarm = None
 
     def _peer_count(self) -> int:
-        return len(self._swarm.peers()) if self._swarm is not None else 0
+        swarm = self._swarm  # read once: the loop may clear it while leaving
+        return swarm.peer_count() if swarm is not None else 0
 
     def _model_id(self) -> str:
         return "seed" if self._model == "seed" else Path(self._model).name

@@ -124,6 +124,7 @@ class SwarmConfig:
     mdns: bool = True  # announce and browse _sapo._tcp.local.
     mdns_interfaces: tuple[str, ...] | None = None  # None = auto (skips docker/virtual); else names or IPs
     max_connections: int = 64  # links at most (in + out); more are refused with a clear reason
+    forget_peers_after_s: float = 600.0  # a peer unreachable this long leaves the peer table
     limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
     pool: PoolConfig = field(default_factory=PoolConfig)  # external rollout pool
     link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
@@ -142,7 +143,8 @@ class SwarmConfig:
             or not all(isinstance(i, str) and i for i in self.mdns_interfaces)
         ):
             raise ValueError("SwarmConfig.mdns_interfaces must be None (auto) or a non-empty tuple of names")
-        _positive("SwarmConfig", max_connections=self.max_connections)
+        _positive("SwarmConfig", max_connections=self.max_connections,
+                  forget_peers_after_s=self.forget_peers_after_s)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ def _describe(group: RolloutGroup) -> str:
 
 
 class SwarmService:
-    """See the module docstring. All methods run on one asyncio loop, except `peers`/`stats` reads."""
+    """See the module docstring. All methods run on one asyncio loop, except `peers`, `peer_count` and
+    `stats`, which other threads call: they read only the locked peer table, the pool (locked) and
+    copies taken in one C-level step."""
 
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
@@ -55,7 +57,7 @@ class SwarmService:
         self._emit = emit
         self._question_text = question_text
         self.protocol = p.SwarmProtocol(identity, config.limits)
-        self.table = PeerTable()
+        self.table = PeerTable(forget_after_s=config.forget_peers_after_s)
         self._links: set[Link] = set()  # every live link, in handshake or open
         self._peer_links: dict[str, Link] = {}  # peer id -> its open direct link
         self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
@@ -135,11 +137,16 @@ class SwarmService:
         """Peers reachable now (directly or through a bootstrap); all known ones if asked."""
         return [peer for peer in self.table.snapshot() if include_disconnected or peer.connected]
 
+    def peer_count(self) -> int:
+        """Peers reachable now (any thread)."""
+        return self.table.connected_count()
+
     def stats(self) -> dict[str, Any]:
-        return {**self.counters, "links": len(self._links), "direct_peers": len(self._peer_links),
+        links = tuple(self._links)  # one C-level copy: the loop may add or drop links meanwhile
+        return {**dict(self.counters), "links": len(links), "direct_peers": len(self._peer_links),
                 "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
-                "refusals": self.protocol.refusals.snapshot(),
-                "dropped_out": sum(link.dropped_out for link in self._links)}
+                "refusals": self.protocol.refusals.snapshot(), "known_peers": len(self.table),
+                "dropped_out": sum(link.dropped_out for link in links)}
 
     # --- links ----------------------------------------------------------------------------------------
     def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
