@@ -20,6 +20,11 @@ from engine.swarm.wire import INSTANCE
 
 SERVICE_TYPE = "_sapo._tcp.local."
 RESOLVE_TIMEOUT_MS = 3000
+# Before announcing, ask the LAN for our own service name with multicast answers for this long. zeroconf's
+# own probe asks for *unicast* answers (QU): on one host, with several mDNS sockets sharing port 5353, the
+# kernel hands a unicast answer to one of them only, often not to the copy that asked, so a copy started on
+# the same machine (a copied data dir) went unnoticed. A multicast answer reaches every socket.
+DUPLICATE_PROBE_MS = 1500
 MAX_TXT_VALUE = 200
 # Interface name prefixes that are virtual bridges, container veths, VPN tunnels or Apple P2P links.
 VIRTUAL_PREFIXES = ("docker", "br-", "veth", "virbr", "vmnet", "vboxnet", "cni", "flannel", "cali",
@@ -122,6 +127,7 @@ class MdnsService:
         self._browser: Any = None
         self._info: Any = None
         self._names: dict[str, str] = {}  # service name -> peer id
+        self._removals: dict[str, int] = {}  # service name -> goodbyes seen (a resolve begun earlier is stale)
         self._resolving: set[asyncio.Task[None]] = set()
 
     @property
@@ -136,6 +142,10 @@ class MdnsService:
         from engine.swarm.errors import DuplicateIdentityError
 
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
+        if await self._name_is_live():
+            await self._zc.async_close()
+            self._zc = None
+            raise DuplicateIdentityError(self.identity.peer_id, "mDNS")
         self._info = AsyncServiceInfo(
             SERVICE_TYPE, self.service_name, port=self.port,
             parsed_addresses=self.interfaces,
@@ -150,6 +160,18 @@ class MdnsService:
             # Our name is derived from our key: someone live on the LAN announces it already.
             raise DuplicateIdentityError(self.identity.peer_id, "mDNS") from exc
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, SERVICE_TYPE, handlers=[self._on_change])
+
+    async def _name_is_live(self) -> bool:
+        """Does a live responder on the LAN answer for our service name (multicast answers, see
+        DUPLICATE_PROBE_MS)? Our zeroconf is new, so its cache holds nothing stale: an answer is live."""
+        from zeroconf import DNSQuestionType
+        from zeroconf.asyncio import AsyncServiceInfo
+
+        probe = AsyncServiceInfo(SERVICE_TYPE, self.service_name)
+        if not await probe.async_request(self._zc.zeroconf, DUPLICATE_PROBE_MS, question_type=DNSQuestionType.QM):
+            return False
+        peer = parse_service(self.service_name, probe.properties or {}, probe.parsed_addresses(), probe.port)
+        return peer is not None and peer.peer_id == self.identity.peer_id
 
     async def stop(self) -> None:
         """Send goodbye packets and close."""
@@ -170,6 +192,9 @@ class MdnsService:
         if name == self.service_name:
             return
         if state_change is ServiceStateChange.Removed:
+            if len(self._removals) >= 4096:  # bounded: a LAN churning names must not grow it forever
+                self._removals.clear()
+            self._removals[name] = self._removals.get(name, 0) + 1
             peer_id = self._names.pop(name, None)
             if peer_id is not None:
                 self._on_lost(peer_id)
@@ -182,7 +207,10 @@ class MdnsService:
         from zeroconf.asyncio import AsyncServiceInfo
 
         info = AsyncServiceInfo(SERVICE_TYPE, name)
+        removals = self._removals.get(name, 0)
         if self._zc is None or not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
+            return
+        if self._removals.get(name, 0) != removals:  # it said goodbye while we resolved: don't bring it back
             return
         peer = parse_service(name, info.properties or {}, info.parsed_addresses(), info.port)
         if peer is None:

@@ -55,6 +55,7 @@ PROTOCOL_VERSION = 1
 FRAME_TYPES = ("hello", "peers", "rollouts", "bye")
 MAX_SEQ = 2**63 - 1
 BYE_DUPLICATE_IDENTITY = "duplicate_identity"  # bye reason a bootstrap/peer sends to a copied identity
+BYE_LEAVING = "leaving"  # bye reason of a node that stops (the app's Leave, a shutdown)
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class SwarmService:
         if self._mdns is not None:
             await self._mdns.stop()
             self._mdns = None
-        await asyncio.gather(*(link.close("leaving") for link in list(self._links)))
+        await asyncio.gather(*(link.close(p.BYE_LEAVING) for link in list(self._links)))
         await self._tasks.cancel_all()
         if self._server is not None:
             self._server.close()
@@ -202,6 +202,11 @@ class SwarmService:
                 # would let a stranger push us out of the swarm. Direct copies are caught by hello.
                 if event.reason == p.BYE_DUPLICATE_IDENTITY and self._relays.get(link.address) is link:
                     await self._duplicate(link.address, we_are_second=True)
+                elif event.reason == p.BYE_LEAVING and link.peer_id is not None \
+                        and self._peer_links.get(link.peer_id) is link:
+                    # The peer itself said (signed) that it is leaving: stop dialling it now. Its mDNS goodbye
+                    # can be undone on this host by a late announcement zeroconf had queued before it.
+                    self._mdns_lost(link.peer_id)
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
                 await link.close("self connection", bye=False)
