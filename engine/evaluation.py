@@ -132,11 +132,15 @@ def report_from_results(results: Sequence[_QuestionResult], k: int, seconds: flo
 
 def evaluate(model: Any, tokenizer: Any, questions: list[Any], *, k: int = 8, sample_cfg: SampleConfig,
              prompt_style: str, seed: int, batch_prompts: int = 16,
-             progress: Callable[[int, int], None] | None = None) -> EvalReport:
+             progress: Callable[[int, int], None] | None = None,
+             prompt: Callable[[Any], str] | None = None, generator: Any = None,
+             policy_version: int = 0) -> EvalReport:
     """Sample k completions per held-out question and score them with the local verifier.
 
     Deterministic for (model weights, questions, k, sample_cfg, seed, batch_prompts).
-    `progress(done, total)` is called after each batch of prompts.
+    `progress(done, total)` is called after each batch of prompts. `prompt` renders a question
+    (default: render_prompt with `prompt_style`); `generator` samples (default: torch generation;
+    a llama.cpp generator is synced to `policy_version` first).
     """
     import time
 
@@ -147,11 +151,16 @@ def evaluate(model: Any, tokenizer: Any, questions: list[Any], *, k: int = 8, sa
     if batch_prompts < 1:
         raise ValueError("batch_prompts must be >= 1")
     start = time.perf_counter()
+    render = prompt or (lambda q: render_prompt(q, prompt_style))
+    if generator is not None:
+        generator.sync(model, policy_version)
     results: list[_QuestionResult] = []
     for b, lo in enumerate(range(0, len(questions), batch_prompts)):
         chunk = questions[lo:lo + batch_prompts]
-        prompts = [render_prompt(q, prompt_style) for q in chunk]
-        groups = generate(model, tokenizer, prompts, k, sample_cfg, seed=seed * 1_000_003 + b)
+        prompts = [render(q) for q in chunk]
+        batch_seed = seed * 1_000_003 + b
+        groups = (generate(model, tokenizer, prompts, k, sample_cfg, seed=batch_seed) if generator is None
+                  else generator.generate(model, tokenizer, prompts, k, sample_cfg, seed=batch_seed))
         for q, group in zip(chunk, groups):
             scores = [score(q, c.text, partial_credit=False) for c in group]
             results.append(_QuestionResult(

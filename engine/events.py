@@ -60,6 +60,7 @@ class RoundCompleted(Event):
     phase_seconds: dict[str, float]
     num_local: int
     num_external: int
+    rungs: dict[str, int] = field(default_factory=dict)  # curriculum rung per specialty (empty: no curriculum)
 
 
 @dataclass(frozen=True)

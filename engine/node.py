@@ -348,7 +348,9 @@ class Node:
                                llamacpp_cfg=self.config.llamacpp)
         spec_id = loaded.model_id
         if loaded.prompt_style and loaded.prompt_style != sapo.prompt_style:
-            sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-text prompts
+            sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-fewshot prompts
+        if loaded.prompt_shots is not None and loaded.prompt_shots != sapo.prompt_shots:
+            sapo = sapo.replace(prompt_shots=loaded.prompt_shots)
         trainer = Trainer.resume(loaded.model, loaded.tokenizer, sapo, tasks.preset(self.config.mix), self.store,
                                  self._checkpoint_dir(model), self.config.seed, model_id=spec_id,
                                  on_event=self.bus.publish, generator=loaded.generator)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 ROLLOUT_STATUSES = ("pooled", "used", "dropped")
@@ -30,6 +30,10 @@ ROUND_METRICS: tuple[str, ...] = (
     "groups_trained", "rows_trained",
 )
 PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
+# Added in schema v2 (appended to v1 tables by `_migrate`): the format warm-up, recorded apart from the
+# correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
+# weight that round), and each specialty's curriculum rung.
+ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -99,16 +103,25 @@ class Store:
                 self._db.executescript(_SCHEMA)
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
                 if row is None:
-                    self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                    self._db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
                 elif int(row[0]) > SCHEMA_VERSION:
                     raise StoreError(f"{self.path} has schema v{row[0]}; this version reads up to "
                                      f"v{SCHEMA_VERSION}: upgrade sapo-swarm or use another data dir")
+                self._migrate(int(row[0]) if row is not None else 1)
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
         except StoreError:
             self._db.close()
             raise
+
+    def _migrate(self, version: int) -> None:
+        """Bring a v1 database (fresh or old) to this schema; rows already written stay as they are."""
+        if version < 2:
+            for metric in ROUND_METRICS_V2:
+                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+            self._db.execute("ALTER TABLE rounds ADD COLUMN rungs_json TEXT NOT NULL DEFAULT '{}'")
+        self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def __enter__(self) -> Self:
         return self
@@ -135,17 +148,23 @@ class Store:
     # -- rounds -------------------------------------------------------------------------------
     def record_round(self, round: int, policy_version: int, metrics: Mapping[str, float],
                      per_specialty: Mapping[str, float], phase_seconds: Mapping[str, float],
-                     num_local: int, num_external: int, ts: float | None = None) -> None:
+                     num_local: int, num_external: int, ts: float | None = None,
+                     rungs: Mapping[str, int] | None = None) -> None:
         """Write one round (a replayed round after a resume replaces the old row)."""
         values = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
-        values += [_finite(metrics[m], m) if m in metrics else None for m in ROUND_METRICS]
+        metric_names = ROUND_METRICS + ROUND_METRICS_V2
+        values += [_finite(metrics[m], m) if m in metrics else None for m in metric_names]
         values += [_finite(phase_seconds[p], p) if p in phase_seconds else None for p in PHASES]
         spec = {_text(k, "specialty"): _finite(v, k) for k, v in per_specialty.items()}
         values.append(json.dumps(spec, sort_keys=True))
-        cols = 5 + len(ROUND_METRICS) + len(PHASES) + 1
-        self._write(f"INSERT OR REPLACE INTO rounds VALUES ({', '.join('?' * cols)})", values)
+        values.append(json.dumps({_text(k, "specialty"): _count(v, k) for k, v in (rungs or {}).items()},
+                                 sort_keys=True))
+        cols = ["round", "policy_version", "ts", "num_local", "num_external", *metric_names,
+                *(f"seconds_{p}" for p in PHASES), "per_specialty_json", "rungs_json"]
+        self._write(f"INSERT OR REPLACE INTO rounds ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                    values)
 
     def rounds(self, since: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Rounds in order (since: rounds > since; limit: the newest `limit` of those)."""
@@ -160,6 +179,7 @@ class Store:
         rows = self._read(sql, params)
         for r in rows:
             r["per_specialty"] = json.loads(r.pop("per_specialty_json"))
+            r["rungs"] = json.loads(r.pop("rungs_json"))
         return rows
 
     def last_round(self) -> int | None:
@@ -170,7 +190,7 @@ class Store:
         """Write all rounds as CSV (per-specialty rewards as reward_<specialty> columns) -> rows."""
         rows = self.rounds()
         specialties = sorted({s for r in rows for s in r["per_specialty"]})
-        head = ["round", "policy_version", "ts", "num_local", "num_external", *ROUND_METRICS,
+        head = ["round", "policy_version", "ts", "num_local", "num_external", *ROUND_METRICS, *ROUND_METRICS_V2,
                 *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
         writer = csv.writer(out)
         writer.writerow(head)

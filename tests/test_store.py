@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import ROUND_METRICS, Store, StoreError
+from engine.store import PHASES, ROUND_METRICS, Store, StoreError
 
 
 def _metrics(x: float) -> dict[str, float]:
@@ -19,7 +19,7 @@ def _metrics(x: float) -> dict[str, float]:
 def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
     path = tmp_path / "node.db"
     with Store(path) as store:
-        assert store.schema_version == 1
+        assert store.schema_version == 2
         for r in range(1, 4):
             store.record_round(r, r, _metrics(r / 10), {"bf": r / 10}, {"generate": 0.5, "total": 1.0}, 8, 0,
                                ts=100.0 + r)
@@ -38,6 +38,31 @@ def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
         assert lines[0].startswith("round,policy_version") and lines[0].endswith("reward_bf")
         assert lines[1].split(",")[-1] == "0.1"
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_v1_store_gains_the_format_and_rung_columns_and_keeps_its_rounds(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)  # a v1 database as the previous release wrote it
+    cols = ", ".join(f"{m} REAL" for m in ROUND_METRICS) + ", " + ", ".join(f"seconds_{p} REAL" for p in PHASES)
+    db.executescript(f"""CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        CREATE TABLE rounds (round INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, ts REAL NOT NULL,
+            num_local INTEGER NOT NULL, num_external INTEGER NOT NULL, {cols}, per_specialty_json TEXT NOT NULL);""")
+    db.execute("INSERT INTO rounds (round, policy_version, ts, num_local, num_external, reward_mean, "
+               "per_specialty_json) VALUES (1, 1, 5.0, 4, 0, 0.25, ?)", ('{"bf": 0.25}',))
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == 2
+        old = store.rounds()[0]
+        assert old["reward_mean"] == 0.25 and old["rungs"] == {} and old["format_rate"] is None
+        store.record_round(2, 2, {**_metrics(0.5), "format_rate": 0.75, "format_weight": 0.1}, {"bf": 0.5}, {}, 4, 0,
+                           rungs={"basic_arithmetic": 2})
+    with Store(path) as store:  # reopening a v2 store migrates nothing twice
+        new = store.rounds()[1]
+        assert new["format_rate"] == 0.75 and new["format_weight"] == 0.1 and new["rungs"] == {"basic_arithmetic": 2}
+        with pytest.raises(ValueError):
+            store.record_round(3, 3, _metrics(0.5), {}, {}, 4, 0, rungs={"basic_arithmetic": -1})
 
 
 def test_rejects_non_finite_and_bad_values(tmp_path: Path) -> None:

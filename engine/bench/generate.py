@@ -67,7 +67,7 @@ def _prompts(loaded: Any, mix_name: str, seed: int) -> list[str]:
 
     mix = library.preset(mix_name)
     questions = [library.regenerate(r) for r in mix.sample_refs(random.Random(seed), 8, 1000)]
-    return [library.render_prompt(q, loaded.prompt_style or "compact") for q in questions]
+    return [loaded.prompt_builder()(q) for q in questions]
 
 
 def _agreement(loaded: Any, prompts: list[str], groups: list[Any]) -> dict[str, float]:
@@ -145,7 +145,8 @@ def round_trainer(name: str, work: Path, threads: int, backend: str, mix: str, t
         loaded.generator = HFGenerator()
     cfg = preset("paper")
     cfg = cfg.replace(sampling=cfg.sampling.__class__(max_new_tokens=tokens), eval_every=0, checkpoint_every=0,
-                      prompt_style=loaded.prompt_style or cfg.prompt_style, **changes)
+                      prompt_style=loaded.prompt_style or cfg.prompt_style,
+                      prompt_shots=loaded.prompt_shots or cfg.prompt_shots, **changes)
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, library.preset(mix), None, None, seed=0,
                       model_id=loaded.model_id, generator=loaded.generator, reward_fn=reward_fn)
     return trainer, loaded
@@ -165,7 +166,7 @@ def heldout_reward(loaded: Any, version: int, mix: str, per_specialty: int, k: i
     from engine.tasks import library
 
     questions = library.heldout(library.preset(mix), per_specialty, seed)
-    prompts = [library.render_prompt(q, loaded.prompt_style or "compact") for q in questions]
+    prompts = [loaded.prompt_builder()(q) for q in questions]
     loaded.generator.sync(loaded.model, version)
     scores: dict[str, list[list[float]]] = {}
     for lo in range(0, len(questions), 8):
@@ -190,7 +191,8 @@ def learn(name: str, work: Path, threads: int, mix: str, tokens: int, rounds: in
     loaded = _load(name, work, threads)
     sample = SampleConfig(max_new_tokens=tokens)
     cfg = preset("paper").replace(sampling=sample, eval_every=0, checkpoint_every=0,
-                                  prompt_style=loaded.prompt_style or "compact")
+                                  prompt_style=loaded.prompt_style or "compact",
+                                  prompt_shots=loaded.prompt_shots or 1)
     before = heldout_reward(loaded, 0, mix, per_specialty, k, sample)
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, library.preset(mix), None, None, seed=0,
                       model_id=loaded.model_id, generator=loaded.generator)

@@ -43,7 +43,10 @@ def _batch(model: Any, tok: Any, cfg: Any, seed: int) -> tuple[list[Any], dict[s
 
     mix = library.preset("rl")
     questions = [library.regenerate(r) for r in mix.sample_refs(random.Random(seed), 8, cfg.dataset_seed)]
-    prompts = [library.render_prompt(q, cfg.prompt_style) for q in questions]
+    from engine.tasks.prompts import PromptBuilder, PromptSpec
+
+    render = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tok)
+    prompts = [render(q) for q in questions]
     groups = generate(model, tok, prompts, cfg.completions, cfg.sampling, seed=seed)
     rows, mixed = [], 0
     for q, prompt, comps in zip(questions, prompts, groups):

@@ -61,20 +61,17 @@ class HFGenerator:
         return None
 
 
-class ChatTemplateTokenizer:
-    """A chat model's tokenizer that wraps every prompt encoded *with special tokens* in the model's
-    chat template (one user turn, assistant turn opened). The trainer and generators encode prompts
-    with special tokens and completions without, so generation and the loss see the same framing."""
+class TemplatedTokenizer:
+    """A chat model's tokenizer for prompts that already hold the chat template
+    (`engine.tasks.prompts.PromptBuilder` applies it, system line and solved turns included).
+    The trainer and generators encode prompts *with* special tokens and completions without; here
+    a prompt is encoded as it is, so the template's own special tokens are not doubled."""
 
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
 
     def __call__(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> Any:
-        if add_special_tokens:
-            text = self._tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True)
-            add_special_tokens = False  # the template already holds them
-        return self._tok(text, add_special_tokens=add_special_tokens, **kwargs)
+        return self._tok(text, add_special_tokens=False, **kwargs)
 
     def __len__(self) -> int:
         return len(self._tok)
@@ -94,6 +91,13 @@ class LoadedPolicy:
     backend: str  # the resolved backend name (one of BACKENDS but "auto")
     label: str  # for status lines, e.g. "llama.cpp + transformers (LoRA)"
     prompt_style: str | None  # the prompt style this model needs (None: keep the configured one)
+    prompt_shots: int | None = None  # solved demonstrations its few-shot prompt holds (None: configured)
+
+    def prompt_builder(self, default_style: str = "compact") -> Any:
+        """Question -> this policy's prompt text (engine.tasks.prompts.PromptBuilder)."""
+        from engine.tasks.prompts import PromptBuilder, PromptSpec
+
+        return PromptBuilder(PromptSpec(self.prompt_style or default_style, self.prompt_shots or 1), self.tokenizer)
 
 
 def resolve_model_id(model: str) -> str:
@@ -252,12 +256,14 @@ def keep_4bit_trainable_on_cpu(model: Any) -> int:
 
 
 def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
-    """Catalog (chat) models get their prompt style and, where they have one, their chat template."""
+    """Catalog (chat) models get their prompt style; where they have a chat template, prompts are
+    rendered in it (PromptBuilder) and encoded as they are (TemplatedTokenizer)."""
     if spec is None:
         return loaded
-    if spec.prompt_style == "chat-text" and getattr(loaded.tokenizer, "chat_template", None):
-        loaded.tokenizer = ChatTemplateTokenizer(loaded.tokenizer)
+    if spec.prompt_style in ("chat-text", "chat-fewshot") and getattr(loaded.tokenizer, "chat_template", None):
+        loaded.tokenizer = TemplatedTokenizer(loaded.tokenizer)
     loaded.prompt_style = spec.prompt_style
+    loaded.prompt_shots = spec.prompt_shots
     return loaded
 
 

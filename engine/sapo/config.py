@@ -7,6 +7,11 @@ Presets:
              (the seed's answers average ~12), a KL anchor to the seed (beta 0.04: in bench/learning.md
              it kept pass@8 and the untrained settings where plain GRPO lost them), a smaller held-out
              eval. About half the compute of `paper` per round; on the seed both run in well under 1 s.
+  cpu-real   a real pretrained chat model (SmolLM2-135M) on a CPU: 4 questions x 8 completions of at
+             most 24 tokens (answer-only prompts: a solved answer is ~8 tokens), three solved turns in
+             the prompt, the adaptive curriculum, a format reward fading out over 40 rounds, LoRA at
+             lr 3e-4, no KL reference (a second 135M forward per round for little: LoRA stays near
+             its base). bench/real_learning.md measures it.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from engine.models.generate import SampleConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
 from engine.sapo.sampler import SAMPLERS
+from engine.tasks.curriculum import CurriculumConfig
+from engine.tasks.prompts import MAX_SHOTS, PROMPT_STYLES
 
-PROMPT_STYLES = ("compact", "chat-text")
 AUTOCAST_MODES = ("auto", "off", "bf16")
 
 
@@ -62,7 +68,13 @@ class SapoConfig:
     sampler: str = "uniform"  # how the J external groups are drawn from the eligible pool
     sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
     partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
-    prompt_style: str = "compact"  # task prompt template: "compact" (seed model) or "chat-text"
+    prompt_style: str = "compact"  # task prompt template: engine.tasks.prompts.PROMPT_STYLES
+    prompt_shots: int = 1  # solved demonstrations in few-shot prompts (chat-fewshot, fewshot)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)  # per-specialty difficulty rungs
+    # Format warm-up: weight of a well-formed-answer bonus added to the training reward, falling linearly
+    # to 0 over format_reward_rounds. Stored apart from correctness, never in held-out numbers. 0 = off.
+    format_reward: float = 0.0
+    format_reward_rounds: int = 0  # rounds over which the format bonus fades out
     dataset_seed: int = 1000  # ReasoningGym dataset seed training questions are drawn from
     micro_batch: int = 64  # max completions per forward/backward chunk (memory bound; not the step size)
     micro_batch_tokens: int = 2048  # max packed positions (prompts + completions) per forward/backward chunk
@@ -109,6 +121,11 @@ class SapoConfig:
             raise ValueError("partial_credit and filter_zero_advantage must be booleans")  # noqa: TRY004 (ValueError for every bad input)
         if self.prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}, got {self.prompt_style!r}")
+        _int("prompt_shots", self.prompt_shots, 0, MAX_SHOTS)
+        if not isinstance(self.curriculum, CurriculumConfig):
+            raise ValueError("curriculum must be a CurriculumConfig")  # noqa: TRY004 (ValueError for every bad input)
+        _float("format_reward", self.format_reward, 0.0, 1.0)
+        _int("format_reward_rounds", self.format_reward_rounds, 0)
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
         _int("micro_batch", self.micro_batch, 1, 4096)
         _int("micro_batch_tokens", self.micro_batch_tokens, 1, 2**24)
@@ -147,6 +164,12 @@ class SapoConfig:
             if set(sampling) - sample_names:
                 raise ValueError(f"unknown sampling keys: {sorted(set(sampling) - sample_names)}")
             values["sampling"] = SampleConfig(**sampling)
+        if isinstance(values.get("curriculum"), dict):
+            curriculum = values["curriculum"]
+            names = {f.name for f in dataclasses.fields(CurriculumConfig)}
+            if set(curriculum) - names:
+                raise ValueError(f"unknown curriculum keys: {sorted(set(curriculum) - names)}")
+            values["curriculum"] = CurriculumConfig(**curriculum)
         return cls(**values)
 
     def replace(self, **changes: Any) -> SapoConfig:
@@ -157,6 +180,10 @@ PRESETS: dict[str, SapoConfig] = {
     "paper": SapoConfig(),
     "cpu-small": SapoConfig(num_local=4, completions=8, sampling=SampleConfig(max_new_tokens=32), beta=0.04,
                             eval_per_specialty=16, eval_every=200),
+    "cpu-real": SapoConfig(num_local=4, completions=8, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
+                           prompt_style="chat-fewshot", prompt_shots=3, curriculum=CurriculumConfig(enabled=True),
+                           format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=0,
+                           checkpoint_every=5),
 }
 
 

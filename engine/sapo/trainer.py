@@ -27,6 +27,8 @@ from engine.sapo.rows import LocalGroup, external_rows, local_rows, rollout_metr
 from engine.sapo.sampler import make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
+from engine.tasks.curriculum import Curriculum
+from engine.tasks.prompts import PromptBuilder, PromptSpec
 
 DROP_QUESTION_MISMATCH = "question_mismatch"
 
@@ -85,6 +87,9 @@ class Trainer:
             raise ValueError("the tokenizer/model defines no EOS token")
         self.eos_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        # The exact prompt text per question (chat template applied here for chat models).
+        self.prompt = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tokenizer)
+        self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
         self._heldout: list[Any] | None = None
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
@@ -94,25 +99,33 @@ class Trainer:
         cfg, lib = self.cfg, self._lib
         t0 = time.perf_counter()
         round_no = self.round + 1
-        refs = self.mix.sample_refs(self.rng, cfg.num_local, cfg.dataset_seed)
+        mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
+        refs = mix.sample_refs(self.rng, cfg.num_local, cfg.dataset_seed)
         questions = [lib.regenerate(r) for r in refs]
-        prompts = [lib.render_prompt(q, cfg.prompt_style) for q in questions]
+        prompts = [self.prompt(q) for q in questions]
         gen_seed = self.rng.getrandbits(62)
         gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
         samples = self.generator.generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling,
                                           seed=gen_seed)
         t_gen = time.perf_counter()
 
+        # `local` carries the verifier's correctness rewards (metrics, the curriculum, publishing);
+        # `shaped` the training reward (+ the fading format bonus), which alone picks and weighs groups.
+        weight = lib.format_weight_at(round_no, cfg.format_reward, cfg.format_reward_rounds)
         local: list[LocalGroup] = []
+        shaped: list[LocalGroup] = []
         prov = Provenance.local(self.model_id, gen_version, round_no)
         for q, prompt, comps in zip(questions, prompts, samples):
             group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
                                  provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
             group = group.with_rewards(tuple(float(self.reward_fn(q, c.text)) for c in comps))
             local.append(LocalGroup(group, prompt, tuple(comps)))
+            shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
+            self.curriculum.observe(q.specialty, group.rewards or ())
         t_score = time.perf_counter()
 
-        selection = select_groups([lg.group for lg in local], external, cfg.num_external, self.sampler,
+        external = [shape_rewards(g, weight) if g.rewards is not None else g for g in external]
+        selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
                                   self.rng, cfg.filter_zero_advantage)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
@@ -123,8 +136,8 @@ class Trainer:
                 dropped.append((g, DROP_QUESTION_MISMATCH))
                 continue
             used_ext.append(g)
-            ext_prompts.append(lib.render_prompt(q, cfg.prompt_style))
-        rows = local_rows([lg for lg in local if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
+            ext_prompts.append(self.prompt(q))
+        rows = local_rows([lg for lg in shaped if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
         rows += external_rows(used_ext, ext_prompts, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens,
                               cfg.advantage_eps)
         t_prep = time.perf_counter()
@@ -138,19 +151,22 @@ class Trainer:
 
         metrics, per_spec = rollout_metrics(local)
         gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
+        formatted = [lib.format_reward(c) for lg in local for c in lg.group.completions]
         metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
-                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9))
+                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
+                       format_rate=sum(formatted) / max(len(formatted), 1))
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
                            entropy=stats.entropy, kl=stats.kl)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
+        rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}
         if self.store is not None:
             self.store.record_round(round_no, self.policy_version, metrics, per_spec, phases,
-                                    len(kept_ids), len(used_ext))
+                                    len(kept_ids), len(used_ext), rungs=rungs)
         self._emit(RoundCompleted(round=round_no, policy_version=self.policy_version, metrics=dict(metrics),
                                   per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
-                                  num_local=len(kept_ids), num_external=len(used_ext)))
+                                  num_local=len(kept_ids), num_external=len(used_ext), rungs=rungs))
         report = None
         if cfg.eval_every and round_no % cfg.eval_every == 0:
             report = self.evaluate_heldout()
@@ -176,7 +192,8 @@ class Trainer:
         """pass@1 / pass@k on the fixed held-out set; stored and emitted when `record`."""
         report = evaluate(self.model, self.tokenizer, self.heldout_questions(), k=self.cfg.eval_k,
                           sample_cfg=self.eval_sample_config(), prompt_style=self.cfg.prompt_style,
-                          seed=self.cfg.eval_seed)
+                          seed=self.cfg.eval_seed, prompt=self.prompt, generator=self.generator,
+                          policy_version=self.policy_version)
         if record:
             if self.store is not None:
                 self.store.record_eval(self.round, self.policy_version, report.to_dict())
@@ -192,7 +209,7 @@ class Trainer:
         if self._mid_update:
             raise RuntimeError("a round was interrupted inside its update; the last checkpoint stands")
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
-                 "seed": self.seed}
+                 "seed": self.seed, "curriculum": self.curriculum.state_dict()}
         return save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
@@ -205,6 +222,7 @@ class Trainer:
                          weight_decay=self.cfg.weight_decay)
         self.rng.setstate(ckpt.python_rng)
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
+        self.curriculum.load_state(ckpt.extra.get("curriculum"))
         saved = ckpt.extra.get("config")
         self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
                                      if isinstance(saved, dict) and saved.get(k, v) != v)
@@ -226,3 +244,14 @@ class Trainer:
     def _emit(self, event: Event) -> None:
         if self.on_event is not None:
             self.on_event(event)
+
+
+def shape_rewards(group: RolloutGroup, format_weight: float) -> RolloutGroup:
+    """The training reward: the verifier's correctness + format_weight x a well-formed answer block
+    (the fading format warm-up). Unchanged when the weight is 0."""
+    from engine.tasks.library import format_reward
+
+    if format_weight <= 0 or group.rewards is None:
+        return group
+    return group.with_rewards(tuple(r + format_weight * format_reward(c)
+                                    for r, c in zip(group.rewards, group.completions)))

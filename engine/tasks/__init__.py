@@ -1,6 +1,7 @@
 """ReasoningGym tasks: the mix, task references, prompts, answer extraction and verifiers."""
 
 from engine.tasks.library import (
+    DEMO_SEED,
     HELDOUT_SEED_BASE,
     PRESETS,
     Question,
@@ -10,6 +11,7 @@ from engine.tasks.library import (
     demonstration,
     extract_answer,
     format_reward,
+    format_weight_at,
     heldout,
     preset,
     regenerate,
@@ -22,7 +24,7 @@ from engine.tasks.reference import TaskRef, TaskRefError, question_hash
 from engine.tasks.specialties import SPECIALTIES
 
 __all__ = [
-    "HELDOUT_SEED_BASE", "PRESETS", "SPECIALTIES", "Question", "RewardConfig", "SpecialtySpec", "TaskMix",
-    "TaskRef", "TaskRefError", "demonstration", "extract_answer", "format_reward", "heldout", "preset",
+    "DEMO_SEED", "HELDOUT_SEED_BASE", "PRESETS", "SPECIALTIES", "Question", "RewardConfig", "SpecialtySpec", "TaskMix",
+    "TaskRef", "TaskRefError", "demonstration", "extract_answer", "format_reward", "format_weight_at", "heldout", "preset",
     "question_hash", "regenerate", "render_prompt", "reward", "score", "verify",
 ]

@@ -28,6 +28,8 @@ from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN, SAFE_SCORERS, SP
 
 # Held-out judge sets live in their own dataset-seed space, disjoint from every training draw.
 HELDOUT_SEED_BASE = 1 << 62
+# Few-shot demonstrations come from one reserved dataset seed, below held-out space and above training.
+DEMO_SEED = HELDOUT_SEED_BASE - 1
 MAX_COMPLETION_CHARS = 8192  # the wire limit on a completion; longer text is malformed
 MAX_ANSWER_CHARS = 1024  # keeps RG's parsers (propositional logic, Decimal, int) cheap on hostile input
 PROMPT_STYLES = ("compact", "chat-text")
@@ -99,8 +101,9 @@ class TaskMix:
         specialties (as in the paper), weighted; deterministic given the rng state."""
         if n < 0:
             raise ValueError("n must be >= 0")
-        if not 0 <= dataset_seed < HELDOUT_SEED_BASE:
-            raise ValueError("training dataset seeds must lie in [0, 2**62): above is held-out space")
+        if not 0 <= dataset_seed < DEMO_SEED:
+            raise ValueError("training dataset seeds must lie in [0, 2**62 - 1): 2**62 - 1 holds the prompts' "
+                             "demonstrations, above is held-out space")
         names = list(self.specialties)
         chosen: list[str] = []
         while len(chosen) < n:
@@ -182,8 +185,13 @@ def regenerate(ref: TaskRef) -> Question:
 
 
 def _known_config(ref: TaskRef, mix: TaskMix | None) -> bool:
-    """A peer's generator settings are only run when a preset (or the node's own mix) uses them:
-    arbitrary settings could ask RG for million-digit numbers (a cheap denial of service)."""
+    """A peer's generator settings are only run when a preset, a curriculum rung (a finite published
+    set) or the node's own mix uses them: arbitrary settings could ask RG for million-digit numbers
+    (a cheap denial of service)."""
+    from engine.tasks.curriculum import is_rung
+
+    if is_rung(ref.specialty, ref.config):
+        return True
     mixes = [preset(name) for name in PRESETS] + ([mix] if mix is not None else [])
     return any(ref.specialty in m.specialties and m.specialties[ref.specialty].config == ref.config
                for m in mixes)
@@ -271,6 +279,15 @@ class RewardConfig:
     def __post_init__(self) -> None:
         if not math.isfinite(self.format_weight) or not 0.0 <= self.format_weight <= 1.0:
             raise ValueError("format_weight must be in [0, 1]")
+
+
+def format_weight_at(round_no: int, initial: float, decay_rounds: int) -> float:
+    """The format reward's weight in round `round_no` (1-based): `initial` in round 1, falling linearly
+    over `decay_rounds` rounds to 0 from round decay_rounds + 1 on (the paper dropped its format reward
+    once the format had spread)."""
+    if initial <= 0 or decay_rounds <= 0:
+        return 0.0
+    return initial * max(0.0, 1.0 - max(round_no - 1, 0) / decay_rounds)
 
 
 def reward(question: Question, completion: str, cfg: RewardConfig = RewardConfig()) -> float:

@@ -13,8 +13,8 @@ import torch
 from engine import doctor
 from engine.models import catalog
 from engine.models.backends import (
-    ChatTemplateTokenizer,
     HFGenerator,
+    TemplatedTokenizer,
     auto_backend,
     backend_of_plan,
     load_for_node,
@@ -46,13 +46,20 @@ def test_bad_backend_and_gguf_with_bitsandbytes_are_refused(tmp_path: Path) -> N
         load_for_node("smollm2-135m", "bnb-nf4", "cpu", tmp_path)
 
 
-def test_chat_template_frames_prompts_not_completions() -> None:
+def test_templated_prompts_keep_their_special_tokens_once() -> None:
+    from engine.tasks import preset, regenerate
+    from engine.tasks.prompts import PromptBuilder, PromptSpec
+
     tok = build_byte_tokenizer()
-    tok.chat_template = "{% for m in messages %}<bos>[{{ m['content'] }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}"
-    chat = ChatTemplateTokenizer(tok)
-    framed = chat("1+1?")["input_ids"]
-    assert tok.decode(framed, skip_special_tokens=False) == "<bos>[1+1?]>"
-    assert framed[0] == tok.bos_token_id  # special tokens in the template are special tokens
+    tok.chat_template = ("{% for m in messages %}<bos>[{{ m['role'] }}:{{ m['content'] }}]{% endfor %}"
+                         "{% if add_generation_prompt %}>{% endif %}")
+    chat = TemplatedTokenizer(tok)
+    question = regenerate(preset("rl").ref("basic_arithmetic", 3, 4))
+    text = PromptBuilder(PromptSpec("chat-fewshot", shots=1), chat)(question)
+    assert text.startswith("<bos>[system:") and text.endswith(f"[user:{question.text.strip()}]>")
+    framed = chat(text)["input_ids"]  # the trainer encodes prompts with special tokens: none are added
+    assert framed.count(tok.bos_token_id) == text.count("<bos>") == 4  # system, demo user + assistant, question
+    assert framed == tok(text, add_special_tokens=False)["input_ids"]
     assert chat("2", add_special_tokens=False)["input_ids"] == tok("2", add_special_tokens=False)["input_ids"]
     assert chat.eos_token_id == tok.eos_token_id and len(chat) == len(tok)
 
