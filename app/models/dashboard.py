@@ -2,7 +2,9 @@
 
 Fed by RoundCompleted / EvalCompleted events and by the store's history at start-up. Metric names
 come from the node's `RoundCompleted.metrics` (the store's `rounds` columns); each series accepts a
-few spellings so the dashboard does not break when one is renamed.
+few spellings so the dashboard does not break when one is renamed. The format warm-up (format_rate,
+format_weight) has its own series, apart from the correctness reward; the curriculum's rungs are state,
+not a series (one number per specialty, the latest round's).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from app.models.history import clean_rungs
 from app.models.ring import Ring, Window
 from engine.events import EvalCompleted, RoundCompleted
 
@@ -22,9 +25,12 @@ METRIC_KEYS: dict[str, tuple[str, ...]] = {
     "completion_len": ("completion_len_mean", "completion_tokens_mean"),
     "tokens_per_s": ("tokens_per_s", "tokens_per_second"),
     "cumulative": ("cumulative_reward",),
+    "format_rate": ("format_rate",),
+    "format_weight": ("format_weight",),
 }
 SCALAR_SERIES = ("reward", "reward_avg", "reward_lo", "reward_hi", "cumulative", "zero_std",
-                 "completion_len", "tokens_per_s", "pass1", "passk")
+                 "completion_len", "tokens_per_s", "format_rate", "format_weight", "pass1", "passk")
+FRACTIONS = ("format_rate", "format_weight")  # defined on 0..1: a value outside is a bad metric, not a point
 
 
 def _metric(metrics: Mapping[str, Any], series: str) -> float | None:
@@ -47,6 +53,9 @@ class DashboardModel:
         self._cumulative = 0.0
         self._seen: collections.OrderedDict[int, None] = collections.OrderedDict()  # dedupe replays
         self._seen_evals: set[int] = set()
+        self.rungs: dict[str, int] = {}  # specialty -> latest curriculum rung (0 = easiest)
+        self.curriculum_active = False  # the newest round reported rungs
+        self._rungs_round: int | None = None  # the round `rungs` came from (older replays do not win)
         self.rounds = 0
         self.last_round: int | None = None
         self.version = 0  # bumps on any change
@@ -70,10 +79,11 @@ class DashboardModel:
             # Without the node's own total, sum the per-round mean (the paper sums per-round reward).
             self._cumulative = cumulative if cumulative is not None else self._cumulative + reward
             self.series["cumulative"].append(x, self._cumulative)
-        for name in ("zero_std", "completion_len", "tokens_per_s"):
+        for name in ("zero_std", "completion_len", "tokens_per_s", *FRACTIONS):
             value = _metric(event.metrics, name)
-            if value is not None:
+            if value is not None and (name not in FRACTIONS or 0.0 <= value <= 1.0):
                 self.series[name].append(x, value)
+        self._apply_rungs(event)
         for specialty, value in event.per_specialty_reward.items():
             if not math.isfinite(value):
                 continue
@@ -87,6 +97,15 @@ class DashboardModel:
         self.last_round = event.round
         self.version += 1
         return True
+
+    def _apply_rungs(self, event: RoundCompleted) -> None:
+        if self._rungs_round is not None and event.round < self._rungs_round:
+            return  # history arriving after live rounds: the newer rungs stand
+        self._rungs_round = event.round
+        rungs = clean_rungs(event.rungs)  # live events pass a type check, but a negative rung would too
+        self.curriculum_active = bool(rungs)
+        # Merged, not replaced: a round that reports some specialties keeps the others' last rung.
+        self.rungs.update(rungs)
 
     def apply_eval(self, event: EvalCompleted) -> bool:
         if event.round in self._seen_evals:

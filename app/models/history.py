@@ -1,7 +1,8 @@
 """The `history` reply as events: store rows (engine/store.py columns) or event dicts, oldest first.
 
 Rows are untrusted like any engine reply: each converts to its event and passes the event's type
-check, or is skipped and counted.
+check, or is skipped and counted. A round's curriculum rungs are optional extras: a malformed entry is
+dropped and the round kept.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from engine.events import Event, EventError, event_from_dict
 
 # Store columns of a round row that are not metrics.
 _ROUND_COLUMNS = {"type", "round", "policy_version", "ts", "num_local", "num_external", "metrics",
-                  "per_specialty", "per_specialty_reward", "phase_seconds"}
+                  "per_specialty", "per_specialty_reward", "phase_seconds", "rungs", "rungs_json"}
+MAX_RUNGS = 64  # specialties kept per round: the node has a dozen; more is garbage, not news
+MAX_SPECIALTY = 256  # characters of a specialty name (the store's MAX_TEXT)
 
 
 def _number(value: Any) -> bool:
@@ -33,6 +36,22 @@ def _nested(value: Any) -> Any:
     return value
 
 
+def clean_rungs(value: Any) -> dict[str, int]:
+    """Curriculum rungs as {specialty: non-negative int}; anything else (a bool, a float, a negative
+    rung, a non-dict, JSON text that is not an object) is dropped rather than failing the round."""
+    value = _nested(value)
+    if not isinstance(value, dict):
+        return {}
+    rungs: dict[str, int] = {}
+    for specialty, rung in value.items():
+        if len(rungs) == MAX_RUNGS:
+            break
+        if (isinstance(specialty, str) and 0 < len(specialty) <= MAX_SPECIALTY and isinstance(rung, int)
+                and not isinstance(rung, bool) and rung >= 0):
+            rungs[specialty] = rung
+    return rungs
+
+
 def _event(data: dict[str, Any], event_type: str) -> Event:
     data["type"] = event_type
     event = event_from_dict(data)
@@ -42,7 +61,10 @@ def _event(data: dict[str, Any], event_type: str) -> Event:
 
 def round_event(row: dict[str, Any]) -> Event:
     if row.get("type") == "round_completed":
-        return _event(dict(row), "round_completed")
+        data = dict(row)
+        if "rungs" in data:
+            data["rungs"] = clean_rungs(data["rungs"])
+        return _event(data, "round_completed")
     metrics = _nested(row.get("metrics"))
     if not isinstance(metrics, dict):  # flat store row: every other finite number is a metric column
         metrics = {k: float(v) for k, v in row.items()
@@ -54,7 +76,8 @@ def round_event(row: dict[str, Any]) -> Event:
     return _event({"round": row.get("round"), "policy_version": row.get("policy_version", 0),
                    "ts": row.get("ts", 0.0), "metrics": metrics, "per_specialty_reward": specialty,
                    "phase_seconds": phases, "num_local": row.get("num_local", 0),
-                   "num_external": row.get("num_external", 0)}, "round_completed")
+                   "num_external": row.get("num_external", 0),
+                   "rungs": clean_rungs(row.get("rungs", row.get("rungs_json")))}, "round_completed")
 
 
 def eval_event(row: dict[str, Any]) -> Event:

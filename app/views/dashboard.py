@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html
+
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.models.dashboard import DashboardModel
@@ -20,11 +23,12 @@ class _Curve:
     """A plot curve bound to a ring buffer; `sync` uploads only when the ring changed."""
 
     def __init__(self, plot: pg.PlotItem, ring: Ring, color: str, width: float = 1.0,
-                 name: str | None = None, antialias: bool = False, max_points: int = MAX_POINTS) -> None:
+                 name: str | None = None, antialias: bool = False, max_points: int = MAX_POINTS,
+                 style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
         self.ring = ring
         self.color = color
         self.max_points = max_points
-        self.item = plot.plot(pen=pg.mkPen(color, width=width), name=name, antialias=antialias)
+        self.item = plot.plot(pen=pg.mkPen(color, width=width, style=style), name=name, antialias=antialias)
         self._version = -1
 
     def sync(self) -> bool:
@@ -33,6 +37,14 @@ class _Curve:
         self._version = self.ring.version
         self.item.setData(*decimate(self.ring.x, self.ring.y, self.max_points))
         return True
+
+
+def curriculum_text(model: DashboardModel) -> str:
+    """The Curriculum line: each specialty's rung (0 = its easiest setting), or "off"."""
+    if not model.curriculum_active:
+        return "<b>Curriculum</b>&nbsp; off"
+    rungs = " &nbsp;·&nbsp; ".join(f"{html.escape(name)}: rung {rung}" for name, rung in sorted(model.rungs.items()))
+    return f"<b>Curriculum</b>&nbsp; {rungs}"
 
 
 def _card(name: str) -> tuple[QFrame, QLabel]:
@@ -73,25 +85,37 @@ class DashboardView(QWidget):
                            "and past rounds reload from the engine's store.")
         self.hint.setProperty("role", "hint")
         layout.addWidget(self.hint)
+        # One wrapped line rather than a card per specialty: a dozen specialties would crowd the cards.
+        self.curriculum = QLabel()
+        self.curriculum.setProperty("role", "hint")
+        self.curriculum.setWordWrap(True)
+        self.curriculum.setToolTip("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
+                                   "A specialty moves up when its recent pass rate is high, down when low.")
+        self.curriculum.setVisible(False)
+        layout.addWidget(self.curriculum)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
         grid = self.plots.ci
+        # Four columns: the answer-format plot joins row 1, and the wide plots (reward, per specialty,
+        # per phase) span two so their title legends have room.
         self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
-        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)")
+        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)", colspan=2)
         self.cumulative_plot = self._plot(grid, 1, 0, "Cumulative reward")
         self.zero_std_plot = self._plot(grid, 1, 1, "Zero-std groups (fraction)")
         self.length_plot = self._plot(grid, 1, 2, "Completion length (tokens)")
+        self.format_plot = self._plot(grid, 1, 3, "Answer format (fraction)")
         self.speed_plot = self._plot(grid, 2, 0, "Tokens / s")
-        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase")
-        self.eval_plot = self._plot(grid, 2, 2, "Held-out eval")
+        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase", colspan=2)
+        self.eval_plot = self._plot(grid, 2, 3, "Held-out eval")
         self._titles = {self.specialty_plot: "Reward per specialty (moving average)",
-                        self.phase_plot: "Seconds per phase", self.eval_plot: "Held-out eval"}
-        for col in range(3):
+                        self.phase_plot: "Seconds per phase", self.eval_plot: "Held-out eval",
+                        self.format_plot: "Answer format (fraction)"}
+        for col in range(4):
             grid.layout.setColumnStretchFactor(col, 1)
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
-        self.reward_plot.setYRange(0, 1, padding=0.02)
-        self.zero_std_plot.setYRange(0, 1, padding=0.02)
+        for plot in (self.reward_plot, self.zero_std_plot, self.format_plot):
+            plot.setYRange(0, 1, padding=0.02)
 
         s = model.series
         raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
@@ -104,17 +128,26 @@ class DashboardView(QWidget):
         self.reward_plot.addItem(self.band)
         avg = _Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.0, f"{model.window}-round average",
                      antialias=True)
+        # The format warm-up is apart from the correctness reward (a well-formed wrong answer scores 0
+        # there); its bonus weight is dashed: a schedule the node follows, not something it measured.
+        self.format_rate = _Curve(self.format_plot, s["format_rate"], PLOT_COLORS[5], name="well-formed answers")
+        self.format_weight = _Curve(self.format_plot, s["format_weight"], PLOT_COLORS[8], name="format bonus weight",
+                                    style=Qt.PenStyle.DashLine)
         # Three groups of about equal drawing cost; one group is redrawn per refresh (round robin), so
         # a refresh costs a third of a full redraw and each plot still updates about once a second.
         self._groups: list[list[_Curve]] = [
             [raw, lo, hi, avg, _Curve(self.cumulative_plot, s["cumulative"], PLOT_COLORS[1])],
             [_Curve(self.zero_std_plot, s["zero_std"], PLOT_COLORS[2]),
-             _Curve(self.length_plot, s["completion_len"], PLOT_COLORS[3])],  # + per-specialty curves
+             _Curve(self.length_plot, s["completion_len"], PLOT_COLORS[3]),
+             self.format_rate, self.format_weight],  # + per-specialty curves
             [_Curve(self.speed_plot, s["tokens_per_s"], PLOT_COLORS[5]),
              _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
              _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
         self._curves = [c for group in self._groups for c in group]
         self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
+        self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
+                     dashed={"format bonus weight": PLOT_COLORS[8]})
+        self._curriculum_text = ""
         self._seen_version = -1
         self._next_group = 0
 
@@ -137,9 +170,12 @@ class DashboardView(QWidget):
                 self._groups[group].append(curves[name])
                 self._legend(plot, {n: c.color for n, c in curves.items()})
 
-    def _legend(self, plot: pg.PlotItem, entries: dict[str, str]) -> None:
+    def _legend(self, plot: pg.PlotItem, entries: dict[str, str], dashed: dict[str, str] | None = None) -> None:
         """The legend lives in the title: a legend box inside the plot would cover the newest points."""
-        keys = [f"<span style='color:{color}'>&#9644;&nbsp;{name}</span>" for name, color in entries.items()]
+        keys = [f"<span style='color:{color}'>&#9644;&nbsp;{html.escape(name)}</span>"
+                for name, color in entries.items()]
+        keys += [f"<span style='color:{color}'>- -&nbsp;{html.escape(name)}</span>"
+                 for name, color in (dashed or {}).items()]
         rows = ["&nbsp; ".join(keys[i:i + 3]) for i in range(0, len(keys), 3)]  # 3 a line: columns stay even
         plot.setTitle(f"{self._titles[plot]}<br><span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
 
@@ -159,6 +195,11 @@ class DashboardView(QWidget):
             return
         self._seen_version = model.version
         self.hint.setVisible(model.rounds == 0)
+        self.curriculum.setVisible(model.rounds > 0)  # the hint speaks until a round arrives
+        text = curriculum_text(model)
+        if text != self._curriculum_text:  # the rungs change every few rounds at most: relayout only then
+            self._curriculum_text = text
+            self.curriculum.setText(text)
         self._set_card("reward_avg", model.latest("reward_avg"), "{:.3f}")
         self._set_card("cumulative", model.latest("cumulative"), "{:,.1f}")
         self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")

@@ -1,0 +1,130 @@
+"""The curriculum rungs and the answer-format warm-up on the dashboard: model, history, real widgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app.models import AppModel
+from app.models.dashboard import DashboardModel
+from app.models.history import clean_rungs, parse_history
+from app.views.dashboard import DashboardView
+from engine.events import RoundCompleted
+from engine.store import Store
+
+
+def _round(n: int, rungs: dict[str, int] | None = None, **metrics: float) -> RoundCompleted:
+    return RoundCompleted(round=n, policy_version=n, metrics={"reward_mean": 0.25, **metrics},
+                          per_specialty_reward={"basic_arithmetic": 0.25}, phase_seconds={"generate": 0.5},
+                          num_local=2, num_external=0, rungs=rungs or {})
+
+
+def test_model_keeps_the_latest_rungs_and_the_format_series() -> None:
+    model = DashboardModel()
+    assert model.rungs == {} and not model.curriculum_active
+    model.apply_round(_round(1, {"basic_arithmetic": 0, "base_conversion": 0}, format_rate=0.25, format_weight=0.5))
+    model.apply_round(_round(2, {"basic_arithmetic": 1, "base_conversion": -1}, format_rate=0.75,
+                             format_weight=0.4))  # a negative rung is not a rung: the old one stays
+    assert model.curriculum_active
+    assert model.rungs == {"basic_arithmetic": 1, "base_conversion": 0}
+    np.testing.assert_allclose(model.series["format_rate"].x, [1, 2])
+    np.testing.assert_allclose(model.series["format_rate"].y, [0.25, 0.75])
+    np.testing.assert_allclose(model.series["format_weight"].y, [0.5, 0.4])
+    np.testing.assert_allclose(model.series["reward"].y, [0.25, 0.25])  # the correctness reward is apart
+    # a fraction outside 0..1 is a bad metric, not a point; an absent one adds nothing
+    model.apply_round(_round(3, {"basic_arithmetic": 2}, format_rate=1.5, format_weight=0.0))
+    model.apply_round(_round(4, {"basic_arithmetic": 2}))
+    assert model.latest("format_rate") == 0.75 and len(model.series["format_rate"]) == 2
+    np.testing.assert_allclose(model.series["format_weight"].y, [0.5, 0.4, 0.0])
+    # history replayed after live rounds: an older round's rungs do not win
+    model.load([_round(0, {"basic_arithmetic": 5})])
+    assert model.rungs["basic_arithmetic"] == 2 and model.rounds == 5
+    # the node restarted without the curriculum
+    model.apply_round(_round(5, format_rate=1.0, format_weight=0.0))
+    assert not model.curriculum_active
+
+
+def test_clean_rungs_drops_what_is_not_a_rung() -> None:
+    assert clean_rungs({"a": 1, "b": -1, "c": 1.0, "d": True, "e": "2", 3: 4, "": 1, "x" * 300: 1}) == {"a": 1}
+    assert clean_rungs('{"a": 2}') == {"a": 2}  # JSON text, as a store may keep it
+    for garbage in (None, 7, "rung 2", "{not json", "[1, 2]", [["a", 1]], float("nan")):
+        assert clean_rungs(garbage) == {}
+    assert len(clean_rungs({f"s{i}": i for i in range(1000)})) == 64
+
+
+def test_history_rows_with_garbage_rungs_keep_the_round_and_drop_the_rungs() -> None:
+    typed = _round(3, {"basic_arithmetic": 2}, format_rate=0.5).to_dict()
+    typed_bad = {**_round(4).to_dict(), "rungs": {"basic_arithmetic": "high", "base_conversion": 1}}
+    history = {"rounds": [
+        {"round": 1, "reward_mean": 0.1, "format_rate": 0.2, "format_weight": 0.5, "rungs": "garbage"},
+        {"round": 2, "reward_mean": 0.2, "format_rate": None, "format_weight": None, "rungs": [1, 2, 3]},
+        typed, typed_bad,
+        {"round": 5, "reward_mean": 0.3, "rungs": {"basic_arithmetic": -3, "base_conversion": 2.5, "x": None}},
+        {"round": 6, "reward_mean": 0.4, "rungs_json": '{"basic_arithmetic": 1}'},
+    ]}
+    parsed, bad = parse_history(history)
+    assert bad == 0
+    rounds = parsed["rounds"]
+    assert [e.round for e in rounds] == [1, 2, 3, 4, 5, 6]
+    assert [e.rungs for e in rounds] == [{}, {}, {"basic_arithmetic": 2}, {"base_conversion": 1}, {},
+                                         {"basic_arithmetic": 1}]
+    assert rounds[0].metrics == {"reward_mean": 0.1, "format_rate": 0.2, "format_weight": 0.5}
+    assert rounds[1].metrics == {"reward_mean": 0.2}  # NULL columns (a v1 row) are no metric
+    model = AppModel()
+    model.load_history(history)
+    assert model.bad_history_rows == 0 and model.dashboard.rounds == 6
+    assert model.dashboard.rungs == {"basic_arithmetic": 1, "base_conversion": 1}
+
+
+def test_history_from_a_real_store_carries_rungs_and_format(tmp_path: Path) -> None:
+    with Store(tmp_path / "node.db") as store:
+        for n in range(1, 4):
+            store.record_round(n, n, {"reward_mean": 0.1 * n, "format_rate": 0.3 * n, "format_weight": 1 - 0.25 * n},
+                               {"basic_arithmetic": 0.1}, {"generate": 1.0}, 2, 0, ts=1000.0 + n,
+                               rungs={"basic_arithmetic": n - 1, "base_conversion": 0})
+        rows = store.rounds()
+    assert json.dumps(rows)  # what the control API sends: plain JSON
+    model = AppModel()
+    model.load_history({"rounds": rows})
+    dash = model.dashboard
+    assert model.bad_history_rows == 0 and dash.rounds == 3
+    assert dash.curriculum_active and dash.rungs == {"basic_arithmetic": 2, "base_conversion": 0}
+    np.testing.assert_allclose(dash.series["format_rate"].y, [0.3, 0.6, 0.9])
+    np.testing.assert_allclose(dash.series["format_weight"].y, [0.75, 0.5, 0.25])
+    np.testing.assert_allclose(dash.series["reward"].y, [0.1, 0.2, 0.3])
+
+
+def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    view.refresh(full=True)
+    assert not view.curriculum.isVisible() and view.hint.isVisible()  # no rounds: the hint speaks
+    model.apply_round(_round(1, {"basic_arithmetic": 0, "base_conversion": 0}, format_rate=0.25, format_weight=0.5))
+    model.apply_round(_round(2, {"basic_arithmetic": 2, "base_conversion": 1}, format_rate=0.5, format_weight=0.25))
+    view.refresh(full=True)
+    assert view.curriculum.isVisible() and not view.hint.isVisible()
+    text = view.curriculum.text()
+    assert "basic_arithmetic: rung 2" in text and "base_conversion: rung 1" in text
+    assert text.index("base_conversion") < text.index("basic_arithmetic")  # sorted: a stable order
+    for curve, ring in ((view.format_rate, model.series["format_rate"]),
+                        (view.format_weight, model.series["format_weight"])):
+        x, y = curve.item.getData()
+        np.testing.assert_allclose(x, ring.x)
+        np.testing.assert_allclose(y, ring.y)
+    assert view.format_weight.item.opts["pen"].style() == Qt.PenStyle.DashLine  # a schedule, not a measurement
+    assert view.format_rate.item not in view.reward_plot.listDataItems()  # apart from the correctness reward
+    assert "Answer format" in view.format_plot.titleLabel.text
+    # incremental: nothing changed, nothing uploaded; one more round uploads only what changed
+    redraws = view.redraws
+    view.refresh(full=True)
+    assert view.redraws == redraws
+    model.apply_round(_round(3, format_rate=1.0))  # the curriculum went off; no bonus weight this round
+    view.refresh(full=True)
+    assert view.format_rate.item.getData()[1][-1] == 1.0 and len(view.format_weight.item.getData()[1]) == 2
+    assert "off" in view.curriculum.text() and "rung" not in view.curriculum.text()
