@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -19,6 +19,9 @@ from engine.models.generate import Completion, encode_prompts
 from engine.sapo.grpo import group_advantages
 from engine.sapo.records import RolloutGroup
 from engine.sapo.update import TrainRow
+
+# A sampled token's log-prob below this (e^-30) is not a plausible claim from any sampler at T ~ 1.
+MIN_TOKEN_LOGPROB = -30.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,24 @@ def retokenize_completion(tokenizer: Any, text: str, eos_id: int, max_tokens: in
     return tuple(ids + [eos_id])
 
 
+def receiver_view(group: RolloutGroup, tokenizer: Any, eos_id: int,
+                  max_tokens: int) -> tuple[RolloutGroup, tuple[tuple[int, ...], ...], bool]:
+    """A peer's group as this node trains it -> (group, token ids per completion, cut?).
+
+    A completion that re-tokenises past the receiver's token cap is cut there, and the group then
+    carries the *text of the cut tokens*: the caller re-scores it, so a completion is scored and
+    trained on as the same text (8,000 spaces before a right answer earned 1 and trained 32 tokens
+    of spaces before). A cut group's generator log-probs no longer describe its text: dropped.
+    """
+    ids = tuple(retokenize_completion(tokenizer, text, eos_id, max_tokens) for text in group.completions)
+    cut = [not row or row[-1] != eos_id for row in ids]
+    if not any(cut):
+        return group, ids, False
+    texts = tuple(tokenizer.decode(list(row), skip_special_tokens=True) if was_cut else text
+                  for row, text, was_cut in zip(ids, group.completions, cut))
+    return replace(group, completions=texts, rewards=None, generator_logprobs=None), ids, True
+
+
 def advantages_of(group: RolloutGroup, eps: float) -> list[float]:
     """Group advantages from the group's local rewards."""
     if group.rewards is None:
@@ -57,18 +78,27 @@ def local_rows(groups: Sequence[LocalGroup], tokenizer: Any, eps: float) -> list
     return rows
 
 
-def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], tokenizer: Any, eos_id: int,
-                  max_tokens: int, eps: float) -> list[TrainRow]:
-    """Rows for external groups; prompts[i] is the local rendering of groups[i]'s regenerated question."""
+def claimed_logprob_sums(group: RolloutGroup) -> tuple[float, ...] | None:
+    """The generator's sequence log-probs, if the claim is plausible: one finite value per token in
+    [MIN_TOKEN_LOGPROB, 0] (a peer claiming -1e6 would otherwise win the largest importance weight)."""
+    lps = group.generator_logprobs
+    if lps is None or len(lps) != len(group.completions):
+        return None
+    if not all(math.isfinite(v) and MIN_TOKEN_LOGPROB <= v <= 0.0 for row in lps for v in row):
+        return None
+    return group.generator_logprob_sums()
+
+
+def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], token_ids: Sequence[Sequence[tuple[int, ...]]],
+                  tokenizer: Any, eps: float) -> list[TrainRow]:
+    """Rows for external groups: prompts[i] is the local rendering of groups[i]'s regenerated question,
+    token_ids[i] its completions as `receiver_view` gave them (the text the rewards were scored on)."""
     rows: list[TrainRow] = []
-    for group, prompt in zip(groups, prompts):
+    for group, prompt, ids in zip(groups, prompts, token_ids):
         prompt_ids = tuple(encode_prompts(tokenizer, [prompt])[0])
-        sums = group.generator_logprob_sums()
-        if sums is not None and (len(sums) != len(group.completions) or not all(math.isfinite(s) for s in sums)):
-            sums = None  # malformed log-probs from a peer: treat as absent
-        for i, (text, adv) in enumerate(zip(group.completions, advantages_of(group, eps))):
-            ids = retokenize_completion(tokenizer, text, eos_id, max_tokens)
-            rows.append(TrainRow(prompt_ids, ids, adv, True, None if sums is None else sums[i]))
+        sums = claimed_logprob_sums(group)  # malformed or implausible claims: treated as absent
+        for i, adv in enumerate(advantages_of(group, eps)):
+            rows.append(TrainRow(prompt_ids, ids[i], adv, True, None if sums is None else sums[i]))
     return rows
 
 

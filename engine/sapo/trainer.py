@@ -23,14 +23,15 @@ from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
-from engine.sapo.rows import LocalGroup, external_rows, local_rows, rollout_metrics
-from engine.sapo.sampler import make_sampler, select_groups
+from engine.sapo.rows import LocalGroup, external_rows, local_rows, receiver_view, rollout_metrics
+from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
 
 DROP_QUESTION_MISMATCH = "question_mismatch"
+DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
 
 
 @dataclass(frozen=True)
@@ -129,17 +130,25 @@ class Trainer:
                                   self.rng, cfg.filter_zero_advantage)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
-        used_ext, ext_prompts = [], []
+        used_ext, fitted, ext_prompts, ext_ids = [], [], [], []
         for g in selection.external:
             q = lib.verify(g.ref, g.question_hash)  # the node verified it; this guards the trainer's own use
             if q is None:
                 dropped.append((g, DROP_QUESTION_MISMATCH))
                 continue
+            view, ids, cut = receiver_view(g, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
+            if cut:  # scored on the text it is trained on: the cut text is scored again
+                view = shape_rewards(view.with_rewards(tuple(float(self.reward_fn(q, c)) for c in view.completions)),
+                                     weight)
+                if cfg.filter_zero_advantage and not has_signal([view])[0]:
+                    dropped.append((g, DROP_CUT_NO_SIGNAL))
+                    continue
             used_ext.append(g)
+            fitted.append(view)
             ext_prompts.append(self.prompt(q))
+            ext_ids.append(ids)
         rows = local_rows([lg for lg in shaped if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
-        rows += external_rows(used_ext, ext_prompts, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens,
-                              cfg.advantage_eps)
+        rows += external_rows(fitted, ext_prompts, ext_ids, self.tokenizer, cfg.advantage_eps)
         t_prep = time.perf_counter()
 
         self._mid_update = True

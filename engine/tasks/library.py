@@ -10,7 +10,6 @@ import contextlib
 import io
 import math
 import random
-import re
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -36,7 +35,6 @@ PROMPT_STYLES = ("compact", "chat-text")
 
 # bf prints a dot per generated item and redirect_stdout is process-global: serialise generation.
 _GEN_LOCK = threading.Lock()
-_ANSWER_RE = re.compile(re.escape(ANSWER_OPEN) + r"(.*?)" + re.escape(ANSWER_CLOSE), re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -226,16 +224,22 @@ def demonstration(question: Question) -> str:
 
 
 def extract_answer(completion: str) -> str | None:
-    """Text inside the last complete <answer>...</answer>, stripped; None when malformed."""
+    """Text inside the one <answer>...</answer> block, stripped; None when malformed.
+
+    Exactly one opening and one closing tag, in that order: a completion with two answers (a wrong
+    one, then a right one) cannot be told apart from guessing, so it earns nothing. Linear time in
+    the completion (str.count / str.find): a regex with a lazy group was quadratic on repeated open
+    tags, ~1 CPU-second per hostile group."""
     if not isinstance(completion, str) or len(completion) > MAX_COMPLETION_CHARS:
         return None
-    matches = _ANSWER_RE.findall(completion)
-    if not matches:
+    if completion.count(ANSWER_OPEN) != 1 or completion.count(ANSWER_CLOSE) != 1:
         return None
-    answer = matches[-1].strip()
-    if len(answer) > MAX_ANSWER_CHARS or ANSWER_OPEN in answer:
+    start = completion.find(ANSWER_OPEN) + len(ANSWER_OPEN)
+    end = completion.find(ANSWER_CLOSE, start)
+    if end < 0:
         return None
-    return answer
+    answer = completion[start:end].strip()
+    return answer if len(answer) <= MAX_ANSWER_CHARS else None
 
 
 def rg_score(question: Question, answer: str) -> float:

@@ -98,3 +98,21 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
     assert isinstance(events[1], RoundCompleted) and events[1].num_external == 1
     assert trainer.store is not None and len(trainer.store.evals()) == 1
     assert set(second.phase_seconds) == {"generate", "score", "prepare", "update", "total"}
+
+
+def test_an_external_completion_is_scored_on_the_text_it_is_trained_on(model_dir: Path, tmp_path: Path) -> None:
+    """Padding before a right answer earned reward 1 on the full text while the loss saw only the
+    first max_new_tokens tokens (no answer in them): cut, re-scored, the group has no signal left."""
+    def has_seven(question: Any, completion: str) -> float:
+        return float("7" in completion)
+
+    model, tok = load_policy(model_dir)
+    trainer = Trainer(model, tok, CFG, preset("rl"), None, None, 7, reward_fn=has_seven)
+    q = regenerate(preset("rl").ref("basic_arithmetic", 3, 1))
+    prov = Provenance("peerA", "seed", 3, 9, 0.0)
+    padded = RolloutGroup(q.ref, q.hash, ("n", " " * 500 + "7", " " * 500 + "7", "n"), prov).with_rewards(
+        (0.0, 1.0, 1.0, 0.0))  # what the pool's scoring of the full text gave
+    honest = RolloutGroup(q.ref, q.hash, ("7", "n", "7", "n"), prov).with_rewards((1.0, 0.0, 1.0, 0.0))
+    result = trainer.run_round([padded, honest])
+    assert result.used_external == (honest,)
+    assert [(g.completions, why) for g, why in result.dropped_external] == [(padded.completions, "cut_no_signal")]

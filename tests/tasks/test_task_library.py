@@ -132,12 +132,19 @@ def test_heldout_is_fixed_and_outside_training_seeds() -> None:
 
 def test_extract_answer() -> None:
     assert extract_answer("x <answer> 12 </answer>") == "12"
-    assert extract_answer("<answer>1</answer> then <answer>2</answer>") == "2"
+    assert extract_answer("<answer>1</answer> then <answer>2</answer>") is None  # two answers: no credit
+    assert extract_answer("<answer><answer>2</answer>") is None
     assert extract_answer("<answer>0 1\n1 0</answer>") == "0 1\n1 0"
     for bad in ("12", "<answer>12", "12</answer>", "</answer>12<answer>", "<answer>" + "1" * 2000 + "</answer>",
                 "<answer>1</answer>" + "x" * 9000, None):
         assert extract_answer(bad) is None  # type: ignore[arg-type]
     assert extract_answer("<answer></answer>") == ""
+
+
+def test_extract_answer_refuses_repeated_tags() -> None:
+    # 1,024 open tags cost ~1 CPU-second per group with the old lazy regex; str.count is linear.
+    assert extract_answer("<answer>" * 1024 + "7</answer>") is None
+    assert extract_answer("<answer>7</answer>" + "</answer>" * 1024) is None
 
 
 def test_render_prompt_styles() -> None:
