@@ -40,6 +40,9 @@ class NodeConfig:
     model: str = "seed"  # catalog id, or a local model directory
     mix: str = "rl"  # task mix preset (engine.tasks.PRESETS); "rl" excludes gameable specialties
     sapo: SapoConfig = field(default_factory=SapoConfig)  # the trainer (I, J, L, lr, strategy, ...)
+    # The trainer for pretrained (non-seed) models, e.g. the cpu-real preset: few-shot chat prompts, the
+    # curriculum, the format warm-up. None = `sapo` for every model. A switch of models switches it too.
+    real_sapo: SapoConfig | None = None
     swarm: SwarmConfig = field(default_factory=SwarmConfig)  # links, mDNS, bootstrap, pool
     solo: bool = False  # never open swarm links (J is forced to 0)
     rounds: int = 0  # stop (and leave) after this many rounds in this run; 0 = until told to
@@ -59,6 +62,8 @@ class NodeConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
             raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
+        if self.real_sapo is not None and not isinstance(self.real_sapo, SapoConfig):
+            raise TypeError("real_sapo must be a SapoConfig or None")
         if self.llamacpp is not None:
             from engine.models.llamacpp import LlamaCppConfig
 
@@ -334,6 +339,8 @@ class Node:
         from engine.sapo.trainer import Trainer
 
         sapo = self.config.sapo
+        if self.config.real_sapo is not None and self._model != "seed":
+            sapo = self.config.real_sapo
         if self.config.solo and sapo.num_external:
             sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
         device = pick_device(self.config.device, self.settings.use_gpu)

@@ -128,3 +128,24 @@ def test_run_flags_reach_the_llamacpp_config(tmp_path: Path) -> None:
         parser.parse_args(["run", "--llamacpp-weights", "q4_0"])
     with pytest.raises(TypeError, match="LlamaCppConfig"):
         NodeConfig(data_dir=tmp_path, llamacpp={"weights": "f16"})
+
+
+def test_auto_preset_trains_pretrained_models_with_the_real_model_parts(tmp_path: Path) -> None:
+    import argparse
+
+    from engine.cli import run as run_cli
+    from engine.sapo.config import preset
+
+    parser = argparse.ArgumentParser()
+    run_cli.register(parser.add_subparsers())
+    config = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--set", "lr=2e-4"]))
+    assert config.sapo.prompt_style == "compact" and not config.sapo.curriculum.enabled  # the seed: cpu-small
+    real = config.real_sapo
+    assert real is not None and real.curriculum.enabled and real.format_reward > 0 and real.prompt_style == "chat-fewshot"
+    assert (real.num_local, real.num_external) == (2, 2) and real.lr == 2e-4  # the swarm split and --set apply
+    solo = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--solo"])).real_sapo
+    assert solo is not None and (solo.num_local, solo.num_external) == (preset("cpu-real").num_local, 0)
+    fixed = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--preset", "paper"]))
+    assert fixed.real_sapo is None  # an explicit preset trains every model
+    with pytest.raises(TypeError, match="real_sapo"):
+        NodeConfig(data_dir=tmp_path, real_sapo={"lr": 1.0})

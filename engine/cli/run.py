@@ -26,7 +26,9 @@ def register(sub: Any) -> None:
     p.add_argument("--rounds", type=int, default=0, help="leave after N rounds (default: run until stopped)")
     p.add_argument("--model", default=None,
                    help="catalog id or local model dir (default: the one last chosen in the app, else seed)")
-    p.add_argument("--preset", default="cpu-small", help="trainer preset: paper | cpu-small")
+    p.add_argument("--preset", default="auto",
+                   help="trainer preset: paper | cpu-small | cpu-real | auto (cpu-small for the seed, cpu-real "
+                        "for pretrained models)")
     p.add_argument("--local", type=int, default=None, metavar="I", help="own questions per round")
     p.add_argument("--external", type=int, default=None, metavar="J", help="peers' groups per round")
     p.add_argument("--strategy", default=None, help="external groups: plain | positive-only | importance-weighted")
@@ -66,7 +68,8 @@ def build_config(args: argparse.Namespace) -> Any:
     from engine.settings import ContributorSettings
     from engine.swarm.config import SwarmConfig
 
-    sapo = preset(args.preset)
+    auto = args.preset == "auto"
+    sapo = preset("cpu-small" if auto else args.preset)
     changes: dict[str, Any] = {}
     if args.local is not None:
         changes["num_local"] = args.local
@@ -74,10 +77,7 @@ def build_config(args: argparse.Namespace) -> Any:
         changes["num_external"] = args.external
     if args.strategy is not None:
         changes["external_strategy"] = args.strategy
-    elif not args.solo and args.external is None and sapo.num_external == 0:
-        # in a swarm, half the round comes from peers by default (the paper's best: 4/4)
-        half = max(1, sapo.num_local // 2)
-        changes.update(num_local=sapo.num_local - half, num_external=half)
+    split = _swarm_split(sapo, args)  # in a swarm, half the round comes from peers by default (paper: 4/4)
     for item in args.overrides:
         key, sep, raw = item.partition("=")
         if not sep:
@@ -86,6 +86,9 @@ def build_config(args: argparse.Namespace) -> Any:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:
             changes[key] = raw
+    real = SapoConfig.from_dict(preset("cpu-real").to_dict() | _swarm_split(preset("cpu-real"), args) | changes) \
+        if auto else None
+    changes = split | changes
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
     data_dir = (args.data_dir or default_data_dir()).expanduser()
@@ -93,10 +96,18 @@ def build_config(args: argparse.Namespace) -> Any:
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
                         peer_urls=tuple(args.peer), mdns=not args.no_mdns)
     return NodeConfig(data_dir=data_dir, model=model,
-                      mix=args.mix, sapo=sapo,
+                      mix=args.mix, sapo=sapo, real_sapo=real,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,
                       backend=args.backend, llamacpp=LlamaCppConfig(weights=args.llamacpp_weights,
                                                                     kv_layout=args.llamacpp_kv))
+
+
+def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """I/J of a preset in a swarm when the command line does not set them (half from peers)."""
+    if args.solo or args.external is not None or sapo.num_external:
+        return {}
+    half = max(1, sapo.num_local // 2)
+    return {"num_local": sapo.num_local - half, "num_external": half}
 
 
 def run(args: argparse.Namespace) -> int:
