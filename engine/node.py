@@ -25,7 +25,7 @@ from engine.guard import may_train, probe_machine
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import RolloutGroup
 from engine.settings import ContributorSettings
-from engine.swarm.config import SwarmConfig
+from engine.swarm.config import BYTES_PER_TOKEN, SwarmConfig
 
 log = logging.getLogger("sapo.node")
 
@@ -247,8 +247,10 @@ class Node:
         from engine.swarm.service import SwarmService
 
         self._identity = Identity.load_or_create(self.config.data_dir)
-        self._pool = RolloutPool(self.config.swarm.pool,
-                                 make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)))
+        tokens = max(cfg.sampling.max_new_tokens for cfg in (self.config.sapo, self.config.real_sapo) if cfg)
+        pool_cfg = dataclasses.replace(self.config.swarm.pool, max_completion_bytes=min(
+            self.config.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
+        self._pool = RolloutPool(pool_cfg, make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)))
         swarm_cfg = self.config.swarm
         if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
             swarm_cfg = dataclasses.replace(

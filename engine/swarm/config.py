@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 MiB = 1024 * 1024
+BYTES_PER_TOKEN = 16  # a generous UTF-8 size of one token (byte-level BPE merges runs of spaces)
 
 
 def _positive(owner: str, **values: float) -> None:
@@ -75,11 +76,15 @@ class PoolConfig:
     max_policy_lag: int = 64  # groups this many policy versions behind their origin's newest are stale
     max_uses: int = 1  # times a group may be trained on before it leaves the pool
     history: int = 512  # recent decisions (pooled/used/dropped + reason) kept for display
+    # A completion longer than this (UTF-8 bytes) is not one this node could have generated: refused before
+    # any scoring. The node sets it from its own token cap (BYTES_PER_TOKEN x max_new_tokens).
+    max_completion_bytes: int = 8192
 
     def __post_init__(self) -> None:
         _positive("PoolConfig", capacity=self.capacity, max_peer_share=self.max_peer_share,
-                  max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history)
-        for name in ("capacity", "max_policy_lag", "max_uses", "history"):
+                  max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history,
+                  max_completion_bytes=self.max_completion_bytes)
+        for name in ("capacity", "max_policy_lag", "max_uses", "history", "max_completion_bytes"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise ValueError(f"PoolConfig.{name} must be an int")  # noqa: TRY004 - config convention
         if self.max_policy_lag < 0:

@@ -27,6 +27,7 @@ from engine.swarm.config import PoolConfig
 DROP_REASONS = (
     "local_group",  # a group of our own: the pool holds peers' groups only
     "duplicate",  # same content as a group already received
+    "oversized",  # a completion longer than this node could generate (PoolConfig.max_completion_bytes)
     "forged_ref",  # the reference does not regenerate a question with that hash (or is unknown)
     "rescore_error",  # the local verifier failed on it (logged with the error type)
     "stale_policy",  # generated too many policy versions before its origin's newest
@@ -194,6 +195,9 @@ class RolloutPool:
             return "local_group"
         if key in self._seen:
             return "duplicate"
+        cap = self.config.max_completion_bytes
+        if any(len(c) > cap or len(c.encode("utf-8", "surrogatepass")) > cap for c in group.completions):
+            return "oversized"
         version = group.provenance.policy_version
         stats.newest_policy = max(stats.newest_policy, version)
         if version + self.config.max_policy_lag < stats.newest_policy:

@@ -63,6 +63,18 @@ def test_duplicates_by_content() -> None:
     assert pool.offer(replace(group, completions=("4", "6"))).status == "pooled"
 
 
+def test_completions_longer_than_this_node_could_write_are_refused_before_scoring() -> None:
+    scored = []
+    pool = RolloutPool(PoolConfig(max_completion_bytes=64), lambda g: scored.append(g) or library_rescore(g))
+    [group] = real_groups(PEER_A, 1)
+    padded = replace(group, completions=(" " * 8000 + group.completions[0], *group.completions[1:]))
+    assert pool.offer(padded).reason == "oversized"
+    wide = replace(group, completions=("é" * 40, *group.completions[1:]))  # 40 characters, 80 bytes
+    assert pool.offer(wide).reason == "oversized"
+    assert scored == []  # no CPU spent on them
+    assert pool.offer(group).status == "pooled"
+
+
 def test_local_groups_are_refused() -> None:
     pool = RolloutPool(PoolConfig(), library_rescore)
     local = replace(make_group(PEER_A), provenance=Provenance.local("seed", 1, 1))
