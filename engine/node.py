@@ -126,7 +126,19 @@ class Node:
                     "policy_version": self._policy_version, "peers": self._peer_count(),
                     "model": self._model_label, "device": self._device, "backend": self._backend,
                     "data_dir": str(self.config.data_dir),
-                    "peer_name": self._identity.name if self._identity else ""}
+                    "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health()}
+
+    def _swarm_health(self) -> dict[str, Any]:
+        """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
+        groups by reason (forged reference, oversized, duplicate, ...). Empty when solo."""
+        swarm, pool = self._swarm, self._pool  # read once: the loop may clear them while leaving
+        if swarm is None or pool is None:
+            return {}
+        stats, groups = swarm.stats(), pool.stats()
+        return {"frames_accepted": stats["frames_accepted"], "frames_refused": stats["refusals"],
+                "groups_received": groups["received"], "groups_pooled": groups["pooled"],
+                "groups_used": groups["used"], "groups_dropped": groups["dropped"], "links": stats["links"],
+                "known_peers": stats["known_peers"]}
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():

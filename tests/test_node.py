@@ -149,3 +149,39 @@ def test_auto_preset_trains_pretrained_models_with_the_real_model_parts(tmp_path
     assert fixed.real_sapo is None  # an explicit preset trains every model
     with pytest.raises(TypeError, match="real_sapo"):
         NodeConfig(data_dir=tmp_path, real_sapo={"lr": 1.0})
+
+
+def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -> None:
+    import dataclasses
+
+    from engine.swarm.config import SwarmConfig
+    from engine.tasks.library import preset as mix_preset
+
+    cfg = dataclasses.replace(small_config(tmp_path, tiny_model, rounds=1), solo=False,
+                              swarm=SwarmConfig(listen_host="127.0.0.1", mdns=False))
+    node = Node(cfg)
+    assert node.status()["swarm"] == {}  # not in a swarm yet
+
+    async def main() -> None:
+        await node.join()
+        await wait_for(lambda: node._pool is not None)
+        import random
+        import time
+
+        from engine.sapo.records import Provenance, RolloutGroup
+        from engine.tasks import library
+
+        [ref] = mix_preset("rl").sample_refs(random.Random(1), 1, dataset_seed=5)
+        question = library.regenerate(ref)
+        group = RolloutGroup(ref, question.hash, (library.demonstration(question), "no"),
+                             Provenance("x" * 43, "seed", 1, 1, time.time()))
+        node._pool.offer(dataclasses.replace(group, completions=(" " * 9000, *group.completions[1:])))
+        node._pool.offer(dataclasses.replace(group, question_hash="0" * 64))
+        health = node.status()["swarm"]
+        assert health["groups_dropped"] == {"oversized": 1, "forged_ref": 1} and health["groups_received"] == 2
+        assert health["frames_refused"] == {} and health["links"] == 0
+        await wait_for(lambda: node.finished.is_set())
+        await node.leave()
+
+    asyncio.run(main())
+    node.store.close()
