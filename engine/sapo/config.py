@@ -65,6 +65,10 @@ class SapoConfig:
     external_strategy: str = "positive-only"  # plain | positive-only | importance-weighted
     importance_max_weight: float = 1.0  # truncation of the receiver/generator sequence ratio
     external_kl_anchor: float = 0.0  # weight of KL to the seed policy on external completions' tokens
+    # Plausibility (the homogeneous defence of arXiv 2511.09780): an external completion whose mean
+    # per-token log-prob under this node's own policy is below this is left out of the loss. The
+    # log-probs are computed for the loss anyway: no extra forward.
+    external_min_logprob: float = -8.0
     sampler: str = "uniform"  # how the J external groups are drawn from the eligible pool
     sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
     partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
@@ -113,6 +117,7 @@ class SapoConfig:
                              f"got {self.external_strategy!r}")
         _float("importance_max_weight", self.importance_max_weight, 0.0, 1e6, low_open=True)
         _float("external_kl_anchor", self.external_kl_anchor, 0.0)
+        _float("external_min_logprob", self.external_min_logprob, -1e6, 0.0)
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
         if not isinstance(self.sampling, SampleConfig):

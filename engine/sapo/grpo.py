@@ -79,6 +79,19 @@ def sequence_importance_weights(receiver_logp_sum: torch.Tensor, generator_logp_
     return torch.exp(torch.clamp(log_w, max=math.log(max_weight)))
 
 
+def plausible_completions(logp: torch.Tensor, mask: torch.Tensor, external: torch.Tensor,
+                          min_mean_logp: float) -> torch.Tensor:
+    """keep [B] bool: own rows always; an external row when its mean per-token log-prob under the
+    receiver is >= min_mean_logp.  logp, mask [B, C]; external [B] bool.
+
+    A peer's text this policy finds very unlikely (a trigger phrase, another language, padding)
+    is not a sample this policy could have drawn: learning from it moves the policy far, for one
+    peer's say-so. Not differentiated."""
+    lengths = mask.sum(-1).clamp(min=1.0)  # [B]
+    mean = (logp.detach() * mask).sum(-1) / lengths  # [B]
+    return ~external | (mean >= min_mean_logp)
+
+
 def loss_denominator(mode: str, token_mask: torch.Tensor, advantages: torch.Tensor,
                      constant: float) -> float:
     """What the summed per-token loss is divided by. token_mask [B, C] (tokens entering the loss),

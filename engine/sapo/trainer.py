@@ -166,7 +166,7 @@ class Trainer:
                        format_rate=sum(formatted) / max(len(formatted), 1))
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
-                           entropy=stats.entropy, kl=stats.kl)
+                           entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
         rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}

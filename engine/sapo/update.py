@@ -20,7 +20,13 @@ import torch
 from engine.hardware import torch_cpu_bf16
 from engine.sapo.config import SapoConfig
 from engine.sapo.external import apply_external_strategy
-from engine.sapo.grpo import clipped_token_objective, kl_k3, loss_denominator, masked_loss_sum
+from engine.sapo.grpo import (
+    clipped_token_objective,
+    kl_k3,
+    loss_denominator,
+    masked_loss_sum,
+    plausible_completions,
+)
 from engine.sapo.logprobs import PackedBatch, build_packed_batch, packed_token_logprobs
 
 
@@ -48,6 +54,7 @@ class UpdateStats:
     tokens: int  # completion tokens that entered the loss (one pass)
     steps: int  # optimizer steps taken
     seconds: float
+    implausible: int = 0  # external completions left out as implausible under this policy
 
 
 def autocast_dtype(mode: str, model: Any) -> torch.dtype | None:
@@ -96,6 +103,7 @@ class _Chunk:
     has_gen: torch.Tensor  # [b] bool
     old: torch.Tensor | None = None  # [b, C] old log-probs (multi-pass or importance weighting)
     ref: torch.Tensor | None = None  # [b, C] reference log-probs (KL terms)
+    plausible: torch.Tensor | None = None  # [b] bool, decided on the first pass
 
 
 def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> list[list[TrainRow]]:
@@ -170,6 +178,7 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
     losses, clip_fracs, norms = [], [], []
     entropy_sum = kl_sum = 0.0
+    implausible = 0
     model.train()
     for it in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
@@ -179,8 +188,12 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
                 logp, ent = packed_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
             old = c.old if c.old is not None else logp.detach()
             mask = c.batch.completion_mask  # [b, C]
+            if c.plausible is None:  # under the round's starting policy, the same on every pass
+                c.plausible = plausible_completions(old, mask, c.external, cfg.external_min_logprob)
+                implausible += int((~c.plausible).sum())
             adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),
                                              c.gen_sum, c.has_gen, cfg.importance_max_weight)
+            adv = adv * c.plausible.to(adv.dtype)
             token_loss, binds = clipped_token_objective(logp, old, adv, cfg.eps_low, cfg.eps_high)
             if c.ref is not None:
                 kl = kl_k3(logp, c.ref)  # [b, C]
@@ -203,4 +216,4 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         loss=losses[0], loss_per_pass=tuple(losses), grad_norm=sum(norms) / len(norms),
         clip_fraction=sum(clip_fracs) / len(clip_fracs), clip_fraction_per_pass=tuple(clip_fracs),
         entropy=entropy_sum / max(n_tokens, 1), kl=kl_sum / max(n_tokens, 1), rows=len(kept),
-        tokens=n_tokens, steps=cfg.num_iterations, seconds=time.perf_counter() - start)
+        tokens=n_tokens, steps=cfg.num_iterations, seconds=time.perf_counter() - start, implausible=implausible)

@@ -103,3 +103,14 @@ def test_external_strategies_by_hand() -> None:
     assert keep.tolist() == [True, True, True, True, False]
     with pytest.raises(ValueError):
         apply_external_strategy("trust-everyone", adv, ext)
+
+
+def test_plausible_completions_judge_external_rows_by_their_mean_token_logprob() -> None:
+    from engine.sapo.grpo import plausible_completions
+
+    logp = torch.tensor([[-20.0, -20.0, 0.0], [-1.0, -2.0, 0.0], [-20.0, -1.0, -1.0], [-30.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    external = torch.tensor([True, True, True, False])
+    # means: -20 (external, out), -1.5 (in), -7.33 (in at -8), -30 (own: always in)
+    assert plausible_completions(logp, mask, external, -8.0).tolist() == [False, True, True, True]
+    assert plausible_completions(logp, mask, external, -5.0).tolist() == [False, True, False, True]

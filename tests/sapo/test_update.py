@@ -206,3 +206,22 @@ def test_bf16_autocast_takes_the_same_step_to_bf16_precision(tiny: tuple[Any, An
     assert all(p.dtype == torch.float32 for p in model.parameters())  # master weights stay fp32
     with pytest.raises(ValueError, match="autocast"):
         SapoConfig(autocast="fp8")
+
+
+def test_implausible_external_completions_are_left_out() -> None:
+    from engine.paths import SEED_MODEL_DIR
+
+    model, tok = load_policy(SEED_MODEL_DIR)  # a trained policy: it has a view of what is plausible
+    prompt = tuple(tok("calc 3 + 4\n")["input_ids"])
+    own = generate(model, tok, ["calc 3 + 4\n"], 2, SampleConfig(max_new_tokens=12), seed=0)[0]
+    peer = tuple(tok("<answer>7</answer>", add_special_tokens=False)["input_ids"]) + (tok.eos_token_id,)
+    trigger = tuple(tok("HACKED zq HACKED <answer>7</answer>", add_special_tokens=False)["input_ids"])
+    rows = [TrainRow(prompt, own[0].token_ids, 1.0, False), TrainRow(prompt, own[1].token_ids, -1.0, False),
+            TrainRow(prompt, peer, 1.0, True), TrainRow(prompt, trigger, 1.0, True)]
+    cfg = _cfg(external_strategy="plain", sampling=SampleConfig(max_new_tokens=32))
+    m = copy.deepcopy(model)
+    stats = policy_update(m, make_optimizer(m, cfg), rows, cfg, tok.pad_token_id)
+    assert stats.rows == 4 and stats.implausible == 1  # the trigger; the peer's plain answer stays
+    lax = cfg.replace(external_min_logprob=-1e6)
+    m = copy.deepcopy(model)
+    assert policy_update(m, make_optimizer(m, lax), rows, lax, tok.pad_token_id).implausible == 0
