@@ -35,10 +35,12 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
            can_fetch: bool | None = None, max_round_seconds: float = DEFAULT_MAX_ROUND_SECONDS,
            models: list[catalog.ModelSpec] | None = None) -> dict[str, Any]:
     hw = hw or probe()
-    shape = shape or fit.RoundShape()
     fetch = can_fetch_models() if can_fetch is None else can_fetch
-    candidates = [e for spec in (models or catalog.catalog()) for e in fit.assess(spec, hw, shape, fetch)]
+    specs = models or catalog.catalog()
+    shapes = {spec.id: shape or fit.shape_for(spec, hw) for spec in specs}  # the round each would run
+    candidates = [e for spec in specs for e in fit.assess(spec, hw, shapes[spec.id], fetch)]
     chosen = fit.pick(candidates, max_round_seconds)
+    shape = shapes[chosen.model]
     keys = ("model", "backend", "quantization", "estimated_bytes", "budget_bytes", "verdict", "reason")
     return {
         "device": hw.to_dict(),

@@ -109,7 +109,7 @@ def auto_backend(spec: Any, hw: Any) -> str:
     else the first that fits at all (plans come best-quality first)."""
     from engine.models import fit
 
-    estimates = fit.assess(spec, hw, fit.RoundShape(), can_fetch=True)
+    estimates = fit.assess(spec, hw, fit.shape_for(spec, hw), can_fetch=True)
     usable = [e for e in estimates if e.verdict == fit.FITS_WELL] or \
         [e for e in estimates if e.verdict != fit.NO_FIT] or estimates
     if not usable:

@@ -23,9 +23,14 @@ Memory estimate for one SAPO round (bytes), every term documented:
 
   peak = runtime + weights + optimizer + max(kv_cache + generation logits, activations + logits)
 
-Round time = generated tokens · 2·params / gen_flops + trained tokens · 6·params · passes / train_flops,
-with effective (not peak) FLOP rates per device class below: small-batch inference and training of
-sub-billion models reach a small fraction of a device's peak.
+Round time = prompt tokens prefilled · 2·params / prefill_flops + new tokens · 2·params / decode_flops
+           + packed trained tokens · (6 full | 4 LoRA)·params · passes / train_flops,
+with effective (not peak) FLOP rates per device class (`effective_flops`). Prompts count once per
+question where they are shared: llama.cpp prefills a prompt once for its L samples, and the update
+packs a group's L completions behind one copy of its prompt (engine/sapo/logprobs.py). Counting the
+prompt per completion made the estimate several times pessimistic for few-shot prompts.
+The CPU pick sizes the round a CPU node runs (`shape_for`: the cpu-small / cpu-real presets), not the
+paper's 8 x 8 x 256 tokens.
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ RUNTIME_BYTES = {"cuda": int(0.6 * GIB), "mps": int(0.45 * GIB), "cpu": int(0.45
 ALLOCATOR_SLACK = 1.08
 FITS_WELL, TIGHT, NO_FIT = "fits well", "tight", "does not fit"
 WELL_FRACTION = 0.8  # "fits well" leaves 20% of the budget for the rest of the machine
+# Effective CPU FLOP/s per physical core (see effective_flops; calibrated against measured rounds).
+CPU_DECODE_LLAMACPP = 25e9
+CPU_DECODE_HF = 14e9
+CPU_PREFILL = 60e9
+CPU_MATMUL = 38e9
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,7 @@ class RoundShape:
     num_iterations: int = 1
     gradient_checkpointing: bool = True
     lora_rank: int = 16
+    mean_new_fraction: float = 0.6  # completions stop early: mean length / max_new_tokens
 
     @property
     def sequences(self) -> int:
@@ -64,6 +75,19 @@ class RoundShape:
     @property
     def seq_len(self) -> int:
         return self.prompt_tokens + self.max_new_tokens
+
+
+# What CPU nodes run (engine/sapo/config.py presets): the seed's compact prompts (cpu-small), and a
+# pretrained chat model's 3-shot prompts with answer-only completions (cpu-real: ~10 of 24 tokens).
+CPU_SEED_ROUND = RoundShape(questions=4, completions=8, prompt_tokens=16, max_new_tokens=32)
+CPU_REAL_ROUND = RoundShape(questions=4, completions=8, prompt_tokens=240, max_new_tokens=24, mean_new_fraction=0.45)
+
+
+def shape_for(spec: ModelSpec, hw: HardwareProfile) -> RoundShape:
+    """The round a node of this kind runs: the CPU presets' shapes on CPUs, the paper's elsewhere."""
+    if hw.kind != "cpu":
+        return RoundShape()
+    return CPU_SEED_ROUND if spec.id == "seed" else CPU_REAL_ROUND
 
 
 @dataclass(frozen=True)
@@ -133,31 +157,39 @@ def estimate_bytes(spec: ModelSpec, plan: Plan, shape: RoundShape, device_kind: 
             "total": int(runtime + body * ALLOCATOR_SLACK), "trainable": trainable}
 
 
-def effective_flops(hw: HardwareProfile, plan: Plan) -> tuple[float, float]:
-    """(generation, training) FLOP/s actually reached on small models; rough, documented guesses.
+def effective_flops(hw: HardwareProfile, plan: Plan) -> tuple[float, float, float]:
+    """(prefill, decode, training) FLOP/s actually reached on small models.
 
-    CPU: generation through HF ~10 GFLOP/s per physical core in fp32 (small batches, Python overhead
-    per token), llama.cpp ~3x that; training on whole batches ~30 GFLOP/s per core (large matmuls). CUDA: 15 TFLOP/s bf16 on Ampere or newer, 5 TFLOP/s
-    otherwise, 4-bit dequantization costing ~40%. MPS: ~2 TFLOP/s fp16.
+    CPU, per physical core, measured on a 2-core x86 without AVX512, SmolLM2-135M, 1 thread, a cpu-real
+    round that trains all 32 completions (3-shot prompts of ~228 tokens, completions ~10.4 tokens):
+    generate 6.9 s, update 17.7 s, 24.6 s in all; the estimate says 26.5 s. That is llama.cpp prefill
+    ~60 GFLOP/s, decode ~25 (f16 weights widened to fp32; transformers ~14), the packed LoRA update
+    ~38. CPUs with AVX512-BF16 run ~2x faster (bench/cpu_round.md): the estimate stays the conservative
+    one, and rounds whose groups have no signal skip most of the update (solo rounds averaged 12 s). CUDA: 15 TFLOP/s bf16 on Ampere or newer, 5 otherwise, 4-bit dequantization
+    costing ~40%. MPS: ~2 TFLOP/s fp16.
     """
     if hw.kind == "cuda":
         base = 15e12 if (hw.gpus and hw.gpus[0].bf16) else 5e12
         if plan.quantization in ("nf4", "int8"):
             base *= 0.6
-        return base, base
+        return base, base, base
     if hw.kind == "mps":
-        return 2e12, 2e12
+        return 2e12, 2e12, 2e12
     cores = max(1, hw.cpu.physical_cores)
-    gen = 10e9 * cores * (3 if plan.backend.startswith("llamacpp") else 1)
-    return gen, 30e9 * cores
+    decode = (CPU_DECODE_LLAMACPP if plan.backend.startswith("llamacpp") else CPU_DECODE_HF) * cores
+    return CPU_PREFILL * cores, decode, CPU_MATMUL * cores
 
 
 def round_seconds(spec: ModelSpec, plan: Plan, shape: RoundShape, hw: HardwareProfile) -> float:
-    gen_flops, train_flops = effective_flops(hw, plan)
-    new_tokens = shape.sequences * shape.max_new_tokens * 0.6  # completions stop early on average
-    trained_tokens = shape.sequences * shape.seq_len * shape.num_iterations
+    prefill_flops, decode_flops, train_flops = effective_flops(hw, plan)
+    shared = plan.backend.startswith("llamacpp")  # llama.cpp prefills a prompt once for its L samples
+    prefill = (shape.questions if shared else shape.sequences) * shape.prompt_tokens
+    new_tokens = shape.sequences * shape.max_new_tokens * shape.mean_new_fraction
+    packed = shape.questions * (shape.prompt_tokens + shape.completions * shape.max_new_tokens
+                                * shape.mean_new_fraction) * shape.num_iterations
     train_cost = 6 * spec.params if plan.full_finetune else 4 * spec.params  # LoRA skips weight grads
-    return new_tokens * 2 * spec.params / gen_flops + trained_tokens * train_cost / train_flops
+    return (prefill * 2 * spec.params / prefill_flops + new_tokens * 2 * spec.params / decode_flops
+            + packed * train_cost / train_flops)
 
 
 def plans_for(spec: ModelSpec, hw: HardwareProfile) -> list[Plan]:
