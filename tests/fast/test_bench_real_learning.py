@@ -1,0 +1,27 @@
+"""`sapo bench real-learning` end to end on the shipped seed model (the real run uses SmolLM2-135M)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from engine.bench import real_learning
+
+
+def test_real_learning_bench_runs_both_arms_and_writes_the_issue_keys(tmp_path: Path) -> None:
+    result = real_learning.run(out_dir=tmp_path, model="seed", rounds=2, judge_per_specialty=2, rl_per_specialty=1,
+                               eval_k=2, eval_repeats=2, seed_peers=1, external=1)
+    saved = json.loads((tmp_path / "real_learning.json").read_text())
+    for key in ("model", "judge_questions", "eval_sd", "mixed_group_fraction", "rounds", "minutes"):
+        assert key in saved
+    for when in ("before", "after"):
+        assert set(saved[when]) >= {"pass_at_1", "format_rate", "accuracy_formatted"}
+        assert 0.0 <= saved[when]["pass_at_1"] <= saved[when]["format_rate"] <= 1.0
+    assert saved["judge_questions"] == 2 * len(real_learning.SPECIALTIES) and saved["rounds"] == 2
+    assert set(saved["arms"]) == {"solo", "mixed"} and saved["arms"]["mixed"]["seed_peers"] == 1
+    solo, mixed = (saved["arms"][arm]["before"]["judge"] for arm in ("solo", "mixed"))
+    same = ("pass_at_1", "pass_at_k", "format_rate", "per_specialty_pass_at_1")
+    assert [solo[k] for k in same] == [mixed[k] for k in same]  # same weights, seeds and questions
+    assert len(saved["arms"]["mixed"]["history"]) == 2 and "delta_pass_at_1" in result["mixed_model"]
+    assert "| pass@1 |" in (tmp_path / "real_learning.md").read_text()
+    assert (tmp_path / "real_learning.png").stat().st_size > 10_000
