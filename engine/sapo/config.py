@@ -163,18 +163,12 @@ class SapoConfig:
         if unknown:
             raise ValueError(f"unknown sapo config keys: {unknown}")
         values = dict(data)
-        if isinstance(values.get("sampling"), dict):
-            sampling = values["sampling"]
-            sample_names = {f.name for f in dataclasses.fields(SampleConfig)}
-            if set(sampling) - sample_names:
-                raise ValueError(f"unknown sampling keys: {sorted(set(sampling) - sample_names)}")
-            values["sampling"] = SampleConfig(**sampling)
-        if isinstance(values.get("curriculum"), dict):
-            curriculum = values["curriculum"]
-            names = {f.name for f in dataclasses.fields(CurriculumConfig)}
-            if set(curriculum) - names:
-                raise ValueError(f"unknown curriculum keys: {sorted(set(curriculum) - names)}")
-            values["curriculum"] = CurriculumConfig(**curriculum)
+        for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig)):
+            if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
+                fields = {f.name for f in dataclasses.fields(nested)}
+                if set(values[key]) - fields:
+                    raise ValueError(f"unknown {key} keys: {sorted(set(values[key]) - fields)}")
+                values[key] = nested(**values[key])
         return cls(**values)
 
     def replace(self, **changes: Any) -> SapoConfig:
