@@ -54,11 +54,11 @@ def receiver_view(group: RolloutGroup, tokenizer: Any, eos_id: int,
     of spaces before). A cut group's generator log-probs no longer describe its text: dropped.
     """
     ids = tuple(retokenize_completion(tokenizer, text, eos_id, max_tokens) for text in group.completions)
-    cut = [not row or row[-1] != eos_id for row in ids]
-    if not any(cut):
+    # Without EOS the row is cut (or was a sample truncated at the same cap: then its text is unchanged)
+    texts = tuple(text if row and row[-1] == eos_id else tokenizer.decode(list(row), skip_special_tokens=True)
+                  for row, text in zip(ids, group.completions))
+    if texts == group.completions:
         return group, ids, False
-    texts = tuple(tokenizer.decode(list(row), skip_special_tokens=True) if was_cut else text
-                  for row, text, was_cut in zip(ids, group.completions, cut))
     return replace(group, completions=texts, rewards=None, generator_logprobs=None), ids, True
 
 
