@@ -70,6 +70,9 @@ class SapoConfig:
     # log-probs are computed for the loss anyway: no extra forward.
     external_min_logprob: float = -8.0
     sampler: str = "uniform"  # how the J external groups are drawn from the eligible pool
+    # At most ceil(J x this) of a round's external groups from one origin peer. 1 = the paper's uniform
+    # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
+    max_origin_share: float = 1.0
     sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
     partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
     prompt_style: str = "compact"  # task prompt template: engine.tasks.prompts.PROMPT_STYLES
@@ -118,6 +121,7 @@ class SapoConfig:
         _float("importance_max_weight", self.importance_max_weight, 0.0, 1e6, low_open=True)
         _float("external_kl_anchor", self.external_kl_anchor, 0.0)
         _float("external_min_logprob", self.external_min_logprob, -1e6, 0.0)
+        _float("max_origin_share", self.max_origin_share, 0.0, 1.0, low_open=True)
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
         if not isinstance(self.sampling, SampleConfig):
@@ -178,11 +182,11 @@ class SapoConfig:
 PRESETS: dict[str, SapoConfig] = {
     "paper": SapoConfig(),
     "cpu-small": SapoConfig(num_local=4, completions=8, sampling=SampleConfig(max_new_tokens=32), beta=0.04,
-                            eval_per_specialty=16, eval_every=200),
+                            eval_per_specialty=16, eval_every=200, max_origin_share=0.5),
     "cpu-real": SapoConfig(num_local=4, completions=8, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
                            prompt_style="chat-fewshot", prompt_shots=3, curriculum=CurriculumConfig(enabled=True),
                            format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=0,
-                           checkpoint_every=5),
+                           checkpoint_every=5, max_origin_share=0.5),
 }
 
 

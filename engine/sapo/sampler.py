@@ -8,6 +8,7 @@ equal; then the J external groups are drawn from what is left by a pluggable sam
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,10 +68,16 @@ def has_signal(groups: Sequence[RolloutGroup]) -> list[bool]:
             for g in groups]
 
 
+def per_origin_cap(num_external: int, max_origin_share: float) -> int:
+    """External groups one origin peer may place in a round: ceil(J x share), at least 1."""
+    return max(1, math.ceil(num_external * max_origin_share - 1e-9))
+
+
 def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup], num_external: int,
                   sampler: ExternalSampler, rng: random.Random,
-                  filter_zero_advantage: bool = True) -> Selection:
-    """Apply the zero-advantage filter to all groups, then draw `num_external` (J) external groups."""
+                  filter_zero_advantage: bool = True, max_origin_share: float = 1.0) -> Selection:
+    """Apply the zero-advantage filter to all groups, then draw `num_external` (J) external groups,
+    at most `per_origin_cap` of them from one origin (one peer must not fill a round's peer rows)."""
     dropped: list[tuple[RolloutGroup, str]] = []
     scored_ext = []
     for g in external:
@@ -86,7 +93,14 @@ def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup],
         for groups, kept in ((own, kept_own), (scored_ext, kept_ext)):
             for g, signal in zip(groups, has_signal(groups)):
                 (kept.append(g) if signal else dropped.append((g, DROP_ZERO_ADVANTAGE)))
-    chosen = sampler.draw(kept_ext, num_external, rng)
+    cap = per_origin_cap(num_external, max_origin_share)
+    chosen: list[RolloutGroup] = []
+    taken: dict[str, int] = {}
+    for g in sampler.draw(kept_ext, len(kept_ext), rng):  # the sampler's order, then the cap
+        origin = g.provenance.origin_peer
+        if len(chosen) < num_external and taken.get(origin, 0) < cap:
+            chosen.append(g)
+            taken[origin] = taken.get(origin, 0) + 1
     chosen_ids = {id(g) for g in chosen}
     dropped.extend((g, DROP_NOT_SAMPLED) for g in kept_ext if id(g) not in chosen_ids)
     return Selection(own=kept_own, external=chosen, dropped=dropped)

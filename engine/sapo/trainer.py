@@ -127,7 +127,7 @@ class Trainer:
 
         external = [shape_rewards(g, weight) if g.rewards is not None else g for g in external]
         selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
-                                  self.rng, cfg.filter_zero_advantage)
+                                  self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
         used_ext, fitted, ext_prompts, ext_ids = [], [], [], []

@@ -46,3 +46,19 @@ def test_filter_before_sampling_with_reasons() -> None:
     # With the filter off, flat groups are eligible and own groups are all kept.
     off = select_groups(own, flat, 5, UniformSampler(), random.Random(1), filter_zero_advantage=False)
     assert len(off.own) == 2 and len(off.external) == 2
+
+
+def test_one_origin_cannot_fill_a_rounds_external_groups() -> None:
+    from engine.sapo.sampler import per_origin_cap
+
+    loud = [group(40 + i, (1.0, 0.0), "loud") for i in range(20)]
+    quiet = [group(60, (1.0, 0.0), "quiet"), group(61, (0.0, 1.0), "other")]
+    for seed in range(20):
+        sel = select_groups([], [*loud, *quiet], 4, UniformSampler(), random.Random(seed), max_origin_share=0.5)
+        origins = Counter(g.provenance.origin_peer for g in sel.external)
+        assert len(sel.external) == 4 and origins["loud"] == 2 and origins["quiet"] == origins["other"] == 1
+    only = select_groups([], loud, 4, UniformSampler(), random.Random(0), max_origin_share=0.5)
+    assert len(only.external) == 2  # the cap holds even when nobody else offers groups
+    assert Counter(why for _, why in only.dropped) == {"not_sampled": 18}
+    assert [per_origin_cap(j, 0.5) for j in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    assert per_origin_cap(4, 1.0) == 4
