@@ -46,9 +46,12 @@ def _prepare(model: str, data_dir: Path) -> None:
 def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1, rounds: int = 120,
         judge_per_specialty: int = 64, rl_per_specialty: int = 16, eval_k: int = 4, eval_repeats: int = 2,
         specialties: list[str] | None = None, seed: int = 0, overrides: dict[str, Any] | None = None,
-        seed_peers: int = 2, external: int = 2, arms: list[str] | None = None) -> dict[str, Any]:
+        seed_peers: int = 2, external: int = 2, arms: list[str] | None = None,
+        replicate_seeds: list[int] | None = None) -> dict[str, Any]:
+    """`replicate_seeds`: more solo arms ("solo@<seed>") with other training seeds and the same judge,
+    for the spread of the solo result across training seeds."""
     specialties = specialties or list(SPECIALTIES)
-    arms = arms or ["solo", "mixed"]
+    arms = (arms or ["solo", "mixed"]) + [f"solo@{s}" for s in replicate_seeds or []]
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         shared = Path(tmp) / "shared"
@@ -58,10 +61,12 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
             data_dir = Path(tmp) / arm
             (data_dir / "models" / "llamacpp").mkdir(parents=True)
             os.symlink(shared / "models" / "llamacpp" / "converted", data_dir / "models" / "llamacpp" / "converted")
-            args = {"arm": arm, "model": model, "data_dir": str(data_dir), "threads": threads, "rounds": rounds,
+            arm_seed = int(arm.split("@")[1]) if "@" in arm else seed
+            args = {"arm": arm.split("@")[0], "model": model, "data_dir": str(data_dir), "threads": threads,
+                    "rounds": rounds,
                     "specialties": specialties, "judge_per_specialty": judge_per_specialty,
                     "rl_per_specialty": rl_per_specialty, "eval_k": eval_k,
-                    "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "seed": seed,
+                    "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "seed": arm_seed,
                     "overrides": overrides or {}, "seed_peers": seed_peers, "external": external}
             args_path, out_path = Path(tmp) / f"{arm}-args.json", Path(tmp) / f"{arm}-out.json"
             args_path.write_text(json.dumps(args))
@@ -73,12 +78,25 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
             if proc.wait() != 0:
                 raise RuntimeError(f"arm {arm} failed (exit {proc.returncode}); its output is above")
             results[arm] = json.loads(out_path.read_text())
-    result = summarize(results, specialties, time.time() - start)
+    return write(summarize(results, specialties, time.time() - start), out_dir)
+
+
+def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "real_learning.json").write_text(json.dumps(result, indent=1))
     (out_dir / "real_learning.md").write_text(table(result) + "\n")
     plot(result, out_dir / "real_learning.png")
     return result
+
+
+def add_replicate(out_dir: Path, other_json: Path, seed: int) -> dict[str, Any]:
+    """Fold the solo arm of another run (same options, training seed `seed`) into out_dir's result."""
+    result = json.loads((out_dir / "real_learning.json").read_text())
+    other = json.loads(Path(other_json).read_text())
+    arms = {**result["arms"], f"solo@{seed}": other["arms"]["solo"]}
+    summary = summarize(arms, result["specialties"], result["wall_minutes"] * 60)
+    summary["measured_at"] = result["measured_at"]
+    return write(summary, out_dir)
 
 
 def _tail_mean(history: list[dict[str, Any]], key: str, n: int = 20) -> float:
@@ -105,11 +123,26 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float) -> di
         "config": solo["config"], "threads": solo["threads"], "wall_minutes": wall_s / 60,
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "arms": arms,
     }
+    solos = {name: arm for name, arm in arms.items() if name == "solo" or name.startswith("solo@")}
+    if len(solos) > 1:
+        import statistics
+
+        rows = {name: {"before": arm["before"]["judge"]["pass_at_1"], "after": arm["after"]["judge"]["pass_at_1"],
+                       "accuracy_formatted": arm["after"]["judge"]["accuracy_formatted"],
+                       "format_rate": arm["after"]["judge"]["format_rate"],
+                       "mixed_group_fraction": _tail_mean(arm["history"], "mixed_fraction")}
+                for name, arm in solos.items()}  # "solo" trained with the run's seed, "solo@<s>" with s
+        deltas = [r["after"] - r["before"] for r in rows.values()]
+        out["training_seeds"] = {"arms": rows, "delta_pass_at_1_mean": statistics.fmean(deltas),
+                                 "delta_pass_at_1_sd": statistics.stdev(deltas)}
     if "mixed" in arms and "solo" in arms:
         m = arms["mixed"]["after"]["judge"]
         out["mixed_model"] = {
             "seed_peers": arms["mixed"]["seed_peers"], "rounds": arms["mixed"]["rounds"],
-            "pass_at_1": m["pass_at_1"], "format_rate": m["format_rate"], "accuracy_formatted": m["accuracy_formatted"],
+            "pass_at_1": m["pass_at_1"], "pass_at_k": m["pass_at_k"], "format_rate": m["format_rate"],
+            "accuracy_formatted": m["accuracy_formatted"], "heldout_mixed_fraction": m["mixed_fraction"],
+            "solo_pass_at_k": a["pass_at_k"], "solo_heldout_mixed_fraction": a["mixed_fraction"],
+            "own_mixed_group_fraction": _tail_mean(arms["mixed"]["history"], "mixed_fraction"),
             "delta_pass_at_1": m["pass_at_1"] - a["pass_at_1"], "delta_format_rate": m["format_rate"] - a["format_rate"],
             "delta_accuracy_formatted": m["accuracy_formatted"] - a["accuracy_formatted"],
             "external_used_per_round": _tail_mean(arms["mixed"]["history"], "external_used", 10**9),
@@ -152,7 +185,21 @@ def table(result: dict[str, Any]) -> str:
                        f"(Δ {mm['delta_pass_at_1']:+.4f} vs solo), format rate {mm['format_rate']:.4f} "
                        f"(Δ {mm['delta_format_rate']:+.4f}), accuracy among formatted {mm['accuracy_formatted']:.4f} "
                        f"(Δ {mm['delta_accuracy_formatted']:+.4f}); `rl` mix pass@1 {mm['rl_mix_after']:.4f}. "
-                       "One pair of runs: a difference within ~2 eval sd is not a finding.")]
+                       "One pair of runs: a difference within ~2 eval sd is not a finding."),
+                  (f"pass@{result['eval_k']} {mm['pass_at_k']:.4f} vs solo {mm['solo_pass_at_k']:.4f}; held-out questions "
+                   f"with mixed outcomes {mm['heldout_mixed_fraction']:.3f} vs solo {mm['solo_heldout_mixed_fraction']:.3f}; "
+                   f"own groups mixed in the last 20 rounds {mm['own_mixed_group_fraction']:.2f} vs solo "
+                   f"{result['mixed_group_fraction']:.2f}.")]
+    seeds = result.get("training_seeds")
+    if seeds:
+        lines += ["", "Solo across training seeds (same judge, same sampling seeds):", "",
+                  "| arm | pass@1 before | after | accuracy among formatted | format rate | mixed groups, last 20 |",
+                  "|---|---|---|---|---|---|"]
+        for name, r in seeds["arms"].items():
+            lines.append(f"| {name} | {r['before']:.4f} | {r['after']:.4f} | {r['accuracy_formatted']:.4f} | "
+                         f"{r['format_rate']:.4f} | {r['mixed_group_fraction']:.2f} |")
+        lines.append(f"\nΔ pass@1 {seeds['delta_pass_at_1_mean']:+.4f} ± {seeds['delta_pass_at_1_sd']:.4f} (sd across "
+                     f"{len(seeds['arms'])} training seeds).")
     return "\n".join(lines)
 
 
