@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from engine.bus import EventBus
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
 from engine.guard import may_train, probe_machine
+from engine.peer_groups import make_rescorer, rollout_event, task_library_version
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import RolloutGroup
 from engine.settings import ContributorSettings
@@ -69,23 +69,6 @@ class NodeConfig:
 
             if not isinstance(self.llamacpp, LlamaCppConfig):
                 raise TypeError("llamacpp must be a LlamaCppConfig or None")
-
-
-def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGroup], RolloutGroup | None]:
-    """The pool's gate: regenerate the question from the reference, check its hash, score every
-    completion with the *local* verifier. A forged or unknown reference gives None (dropped).
-    Only generator settings of a preset or of `mix` (the node's own) are run: a peer can't make
-    us generate huge questions."""
-    from engine import tasks
-
-    def rescore(group: RolloutGroup) -> RolloutGroup | None:
-        question = tasks.verify(group.ref, group.question_hash, mix)
-        if question is None:
-            return None
-        rewards = tuple(tasks.score(question, c, partial_credit=partial_credit) for c in group.completions)
-        return group.with_rewards(rewards)
-
-    return rescore
 
 
 class Node:
@@ -392,7 +375,7 @@ class Node:
         if self._pool is not None and result.used_external:
             self._pool.mark_used(result.used_external)
             for group in result.used_external:
-                self.bus.publish(_rollout_event(group, "used"))
+                self.bus.publish(rollout_event(group, "used"))
         self._publish_groups(list(result.local_groups))
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
@@ -421,22 +404,3 @@ class Node:
         elif isinstance(event, LogRecord):
             level = event.level if event.level in ("info", "warning", "error") else "info"
             getattr(log, level)(event.message)
-
-
-def task_library_version() -> str:
-    """Peers regenerate each other's questions: they must run the same task generators."""
-    from importlib.metadata import version
-
-    return f"reasoning-gym=={version('reasoning-gym')}"
-
-
-def _rollout_event(group: RolloutGroup, status: str, reason: str = "") -> RolloutSeen:
-    from engine import tasks
-    from engine.swarm.identity import name_for
-
-    question = tasks.regenerate(group.ref).text  # cached: the pool regenerated it on arrival
-    mean = sum(group.rewards) / len(group.rewards) if group.rewards else None
-    return RolloutSeen(origin_peer=group.provenance.origin_peer, peer_name=name_for(group.provenance.origin_peer),
-                       specialty=group.ref.specialty, question=question[:2000],
-                       completion=group.completions[0][:2000] if group.completions else "", reward=mean,
-                       status=status, reason=reason, ref_key=group.ref.key)

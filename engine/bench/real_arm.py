@@ -85,7 +85,7 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     import torch
 
     from engine.models.backends import load_for_node
-    from engine.node import make_rescorer
+    from engine.peer_groups import make_rescorer
     from engine.sapo.config import SapoConfig, preset
     from engine.sapo.trainer import Trainer
     from engine.swarm.config import PoolConfig

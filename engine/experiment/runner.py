@@ -89,7 +89,7 @@ def _seed_eval(agent: Agent, questions: list[Any], cfg: ArmConfig, model_dir: st
 def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run one arm to completion and write its files under out_dir/<arm name>/ -> arm.json's content."""
-    from engine.node import make_rescorer
+    from engine.peer_groups import make_rescorer
     from engine.tasks.library import heldout
     from engine.tasks.library import preset as mix_preset
 

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from engine.experiment.transport import InMemorySwarm, agent_identity
-from engine.node import make_rescorer
+from engine.peer_groups import make_rescorer
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.tasks.library import preset, regenerate
 
