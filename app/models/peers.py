@@ -2,9 +2,77 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine.events import PeerUpdated
+
+MAX_REASONS = 32  # reasons kept per counter dict; the rest (from a confused engine) is dropped
+MAX_REASON_LEN = 64
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _reasons(value: Any) -> dict[str, int]:
+    """{reason: count} with str keys and non-negative int values only; anything else is dropped."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, int] = {}
+    for key, count in value.items():
+        n = _count(count)
+        if isinstance(key, str) and key and len(key) <= MAX_REASON_LEN and n is not None:
+            out[key] = n
+            if len(out) >= MAX_REASONS:
+                break
+    return out
+
+
+@dataclass
+class SwarmRefusals:
+    """What the swarm layer refused or dropped, from the status reply's "swarm" key."""
+
+    frames_accepted: int = 0
+    frames_refused: dict[str, int] = field(default_factory=dict)
+    groups_received: int = 0
+    groups_pooled: int = 0
+    groups_used: int = 0
+    groups_dropped: dict[str, int] = field(default_factory=dict)
+    links: int = 0
+    known_peers: int = 0
+
+    @property
+    def nothing_refused(self) -> bool:
+        return not any(self.frames_refused.values()) and not any(self.groups_dropped.values())
+
+
+def parse_swarm(value: Any) -> SwarmRefusals | None:
+    """The status "swarm" value -> SwarmRefusals, or None when solo ({}, missing or not a dict).
+    Values come from another process: bad fields are dropped (left at zero), never raised on."""
+    if not isinstance(value, dict) or not value:
+        return None
+    ints = {key: n for key in ("frames_accepted", "groups_received", "groups_pooled", "groups_used",
+                               "links", "known_peers") if (n := _count(value.get(key))) is not None}
+    return SwarmRefusals(frames_refused=_reasons(value.get("frames_refused")),
+                         groups_dropped=_reasons(value.get("groups_dropped")), **ints)
+
+
+def refusals_text(swarm: SwarmRefusals | None) -> str:
+    """One line for the Peers tab: "solo" when there is no swarm, "nothing refused" when all zero."""
+    if swarm is None:
+        return "solo: no swarm traffic"
+
+    def listing(counts: dict[str, int]) -> str:
+        shown = [f"{reason} {n:,}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n]
+        return " · ".join(shown) or "none"
+
+    totals = (f"(received {swarm.groups_received:,}, pooled {swarm.groups_pooled:,}, "
+              f"used {swarm.groups_used:,})")
+    if swarm.nothing_refused:
+        return f"nothing refused {totals}"
+    return (f"frames refused: {listing(swarm.frames_refused)} — groups dropped: "
+            f"{listing(swarm.groups_dropped)} {totals}")
 
 
 @dataclass
@@ -24,7 +92,15 @@ class PeersModel:
     def __init__(self, capacity: int = 512) -> None:
         self.capacity = capacity  # peers remembered; the longest-unseen disconnected ones go first
         self.rows: dict[str, PeerRow] = {}
+        self.swarm: SwarmRefusals | None = None  # None when solo or not yet known
         self.version = 0
+
+    def apply_status(self, status: dict[str, Any]) -> None:
+        """The swarm counters from a `status` reply (cumulative, so the newest reply wins)."""
+        swarm = parse_swarm(status.get("swarm"))
+        if swarm != self.swarm:
+            self.swarm = swarm
+            self.version += 1
 
     def apply(self, event: PeerUpdated) -> None:
         row = self.rows.get(event.peer_id)

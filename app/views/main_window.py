@@ -39,6 +39,7 @@ from app.views.settings import SettingsView
 from engine.control.api import ModelProgress
 from engine.events import StateChanged
 
+SWARM_POLL_S = 2.0  # status polls while the Peers tab is shown (refused/dropped counters)
 MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stalls the event loop
 
 
@@ -53,6 +54,7 @@ class MainWindow(QMainWindow):
         self._busy = False  # a join/leave call is in flight
         self._status_calls = 0  # status refreshes in flight (header identity)
         self._status_stale = False  # asked again while one was in flight
+        self._swarm_polled = 0.0  # last status poll for the Peers tab's swarm counters
         self._told_about_tray = False
         self.setWindowTitle("SAPO Swarm")
         self.setWindowIcon(app_icon())
@@ -189,6 +191,10 @@ class MainWindow(QMainWindow):
         drawn = self.isVisible() and not self.isMinimized()  # hidden in the tray: models only, no drawing
         if drawn and current is not None and hasattr(current, "refresh"):
             current.refresh()
+        now = time.monotonic()
+        if drawn and current is self.peers and now - self._swarm_polled >= SWARM_POLL_S:
+            self._swarm_polled = now  # the swarm counters only come with `status`: poll while shown
+            self.refresh_status()
         self.machine.show_progress(self.model.progress)
         if self.tray is not None:
             self.tray.update_from(self.model.node)
@@ -202,6 +208,7 @@ class MainWindow(QMainWindow):
                 node.engine_url = self.bridge.url
                 if isinstance(snap["status"], dict):
                     node.apply_status(snap["status"])
+                    self.model.peers.apply_status(snap["status"])
                 self.model.load_history(snap.get("history"))
                 if isinstance(snap.get("settings"), dict):
                     self.model.settings = snap["settings"]
@@ -263,6 +270,7 @@ class MainWindow(QMainWindow):
             self._status_calls -= 1
             if isinstance(result, dict):
                 self.model.node.apply_identity(result)
+                self.model.peers.apply_status(result)
                 self._update_header()
             if self._status_stale:
                 self._status_stale = False

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.feed import FeedModel
-from app.models.peers import PeersModel
+from app.models.peers import PeersModel, refusals_text
 
 COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used")
 FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
@@ -45,6 +45,11 @@ class PeersView(QWidget):
         layout.setContentsMargins(12, 12, 12, 12)
         self.summary = QLabel()
         layout.addWidget(self.summary)
+        self.refused = QLabel()  # "Refused by the swarm": hidden when solo
+        self.refused.setTextFormat(Qt.TextFormat.PlainText)  # reasons come from another process
+        self.refused.setWordWrap(True)
+        self.refused.setVisible(False)
+        layout.addWidget(self.refused)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
@@ -63,6 +68,9 @@ class PeersView(QWidget):
         if versions == self._versions and now - self._last_ages < 1.0:
             return  # nothing new; "last seen" ages are redrawn once a second
         self._versions, self._last_ages = versions, now
+        swarm = self.peers.swarm
+        self.refused.setVisible(swarm is not None)
+        self.refused.setText(f"Refused by the swarm: {refusals_text(swarm)}" if swarm is not None else "")
         rows = self.peers.sorted_rows()
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):

@@ -1,0 +1,95 @@
+"""The Peers tab's "Refused by the swarm" line, fed a `status` reply through the window's own
+paths (the link-up snapshot and a status refresh), with real widgets and a stand-in bridge."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pytestqt.qtbot import QtBot
+
+from app.bridge import LinkChange
+from app.models.peers import parse_swarm
+from app.views.main_window import MainWindow
+
+SWARM = {"frames_accepted": 500, "frames_refused": {"bad_signature": 3, "replay": 1},
+         "groups_received": 120, "groups_pooled": 80, "groups_used": 40,
+         "groups_dropped": {"forged_ref": 2, "oversized": 1, "duplicate": 4, "zero_advantage": 0},
+         "links": 2, "known_peers": 3}
+
+
+class FakeBridge:
+    """What MainWindow uses of EngineBridge: an inbox and calls answered at once with `status`."""
+
+    url = "http://127.0.0.1:1"
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
+        self.inbox: list[Any] = []
+
+    def take(self, max_items: int = 1_000_000) -> list[Any]:
+        items, self.inbox = self.inbox[:max_items], self.inbox[max_items:]
+        return items
+
+    def call(self, method: str, params: Any, reply: Callable[[Any, str | None], None]) -> None:
+        reply(self.status if method == "status" else None, None)
+
+    def call_at_exit(self, method: str, timeout_s: float = 2.0) -> str | None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+def _window(qtbot: QtBot, status: dict[str, Any]) -> tuple[MainWindow, FakeBridge]:
+    bridge = FakeBridge(status)
+    win = MainWindow(bridge, refresh_ms=20, use_tray=False)  # type: ignore[arg-type]
+    qtbot.addWidget(win)
+    win.timer.stop()  # ticks driven by hand
+    win.show()
+    win.tabs.setCurrentWidget(win.peers)
+    return win, bridge
+
+
+def test_refusals_reach_the_peers_tab(qtbot: QtBot) -> None:
+    win, bridge = _window(qtbot, {"state": "in_swarm", "swarm": SWARM})
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm", "swarm": SWARM}}))
+    win.tick()
+    label = win.peers.refused
+    assert label.isVisible()
+    assert label.text() == ("Refused by the swarm: frames refused: bad_signature 3 · replay 1 — groups dropped: "
+                            "duplicate 4 · forged_ref 2 · oversized 1 (received 120, pooled 80, used 40)")
+    # a later status poll (the Peers tab asks while shown) with everything at zero
+    bridge.status = {"swarm": {**SWARM, "frames_refused": {"replay": 0}, "groups_dropped": {}}}
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()  # the poll is answered after this tick drew; the next one draws it
+    assert label.text() == "Refused by the swarm: nothing refused (received 120, pooled 80, used 40)"
+    # solo: {} hides it
+    bridge.status = {"swarm": {}}
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()  # the poll is answered after this tick drew; the next one draws it
+    assert not label.isVisible() and win.model.peers.swarm is None
+
+
+def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
+    garbage = {"frames_accepted": "lots", "frames_refused": {"bad_signature": -1, "replay": True, 7: 2,
+                                                            "<b>x</b>": 5, "ok": 2.5, "x" * 100: 1},
+               "groups_received": -4, "groups_pooled": None, "groups_used": 9,
+               "groups_dropped": ["forged_ref", 2], "links": 1.5, "known_peers": {}}
+    win, bridge = _window(qtbot, {"swarm": garbage})
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "solo", "swarm": garbage}}))
+    win.tick()
+    swarm = win.model.peers.swarm
+    assert swarm is not None and swarm.frames_refused == {"<b>x</b>": 5} and swarm.groups_dropped == {}
+    assert (swarm.frames_accepted, swarm.groups_received, swarm.groups_used, swarm.links) == (0, 0, 9, 0)
+    assert win.peers.refused.text() == ("Refused by the swarm: frames refused: <b>x</b> 5 — groups dropped: none "
+                                        "(received 0, pooled 0, used 9)")  # shown as plain text
+    for bad in (None, [], "swarm", 3, {}):
+        assert parse_swarm(bad) is None
+    bridge.status = {"swarm": "nonsense"}  # a status refresh with a non-dict: solo, hidden
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()  # the poll is answered after this tick drew; the next one draws it
+    assert not win.peers.refused.isVisible()
