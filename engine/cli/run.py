@@ -86,8 +86,8 @@ def build_config(args: argparse.Namespace) -> Any:
             changes[key] = json.loads(raw)
         except json.JSONDecodeError:
             changes[key] = raw
-    real = SapoConfig.from_dict(preset("cpu-real").to_dict() | _swarm_split(preset("cpu-real"), args) | changes) \
-        if auto else None
+    cpu_real = preset("cpu-real")
+    real = SapoConfig.from_dict(cpu_real.to_dict() | _swarm_split(cpu_real, args) | changes) if auto else None
     changes = split | changes
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)

@@ -23,7 +23,14 @@ from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
-from engine.sapo.rows import LocalGroup, external_rows, local_rows, receiver_view, rollout_metrics
+from engine.sapo.rows import (
+    LocalGroup,
+    external_rows,
+    local_rows,
+    receiver_view,
+    rollout_metrics,
+    score_group,
+)
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
@@ -119,13 +126,13 @@ class Trainer:
         for q, prompt, comps in zip(questions, prompts, samples):
             group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
                                  provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
-            group = group.with_rewards(tuple(float(self.reward_fn(q, c.text)) for c in comps))
+            group = score_group(group, q, self.reward_fn)
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
             self.curriculum.observe(q.specialty, group.rewards or ())
         t_score = time.perf_counter()
 
-        external = [shape_rewards(g, weight) if g.rewards is not None else g for g in external]
+        external = [shape_rewards(g, weight) for g in external]  # unscored ones stay as they are
         selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
@@ -138,8 +145,7 @@ class Trainer:
                 continue
             view, ids, cut = receiver_view(g, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
             if cut:  # scored on the text it is trained on: the cut text is scored again
-                view = shape_rewards(view.with_rewards(tuple(float(self.reward_fn(q, c)) for c in view.completions)),
-                                     weight)
+                view = shape_rewards(score_group(view, q, self.reward_fn), weight)
                 if cfg.filter_zero_advantage and not has_signal([view])[0]:
                     dropped.append((g, DROP_CUT_NO_SIGNAL))
                     continue

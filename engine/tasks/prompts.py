@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.tasks.library import DEMO_SEED, Question, regenerate, render_prompt
 from engine.tasks.reference import MAX_INDEX, TaskRef
-from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN, _round_decimal, wrap_answer
+from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN, _round_decimal, ground_truth, wrap_answer
 
 PROMPT_STYLES = ("compact", "chat-text", "chat-fewshot", "fewshot")
 MAX_SHOTS = 8
@@ -49,11 +49,9 @@ class PromptSpec:
 def answer_only(question: Question) -> str:
     """The answer-only demonstration completion: `<answer>truth</answer>` (decimals rounded to what
     the scorer still accepts, so a demonstration is never a 12-digit string)."""
-    entry = question.entry
-    truth = entry["answer"] if entry["answer"] is not None else entry["metadata"].get("example_answer", "")
-    truth = str(truth)
+    truth = ground_truth(question.entry)
     if question.specialty == "decimal_arithmetic":
-        truth = _round_decimal(truth, int(entry["metadata"]["decimal_places"]))
+        truth = _round_decimal(truth, int(question.entry["metadata"]["decimal_places"]))
     return wrap_answer(truth)
 
 
@@ -84,7 +82,7 @@ def chat_messages(question: Question, spec: PromptSpec) -> list[dict[str, str]]:
 def fewshot_text(question: Question, spec: PromptSpec) -> str:
     """A plain few-shot prompt for base models; the completion starts after "Answer:"."""
     blocks = [f"Question: {d.text.strip()}\nAnswer: {answer_only(d)}\n\n" for d in demonstrations(question, spec.shots)]
-    head = (f"Give the final answer inside {ANSWER_OPEN}{ANSWER_CLOSE} tags.\n\n")
+    head = f"Give the final answer inside {ANSWER_OPEN}{ANSWER_CLOSE} tags.\n\n"
     return head + "".join(blocks) + f"Question: {question.text.strip()}\nAnswer:"
 
 

@@ -131,8 +131,13 @@ def compact_pair(specialty: str, entry: dict[str, Any]) -> tuple[str, str]:
     pair = fn(entry) if fn is not None else None
     if pair is not None:
         return pair
+    return f"{specialty}: {entry['question'].strip()}", wrap_answer(ground_truth(entry))
+
+
+def ground_truth(entry: dict[str, Any]) -> str:
+    """RG's answer as text; propositional_logic has none and scores against its example answer."""
     truth = entry["answer"] if entry["answer"] is not None else entry["metadata"].get("example_answer", "")
-    return f"{specialty}: {entry['question'].strip()}", wrap_answer(str(truth))
+    return str(truth)
 
 
 def binary_matrix_score(answer: str, entry: dict[str, Any]) -> float:
