@@ -120,7 +120,8 @@ class Node:
         stats, groups = swarm.stats(), pool.stats()
         return {"frames_accepted": stats["frames_accepted"], "frames_refused": stats["refusals"],
                 "groups_received": groups["received"], "groups_pooled": groups["pooled"],
-                "groups_used": groups["used"], "groups_dropped": groups["dropped"], "links": stats["links"],
+                "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
+                "links": stats["links"],
                 "known_peers": stats["known_peers"]}
 
     async def join(self) -> None:

@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "generate": "engine.bench.generate",
     "cpu-round": "engine.bench.cpu_round",
     "real-learning": "engine.bench.real_learning",
+    "soak": "engine.bench.soak",
 }
 
 

@@ -1,0 +1,298 @@
+"""`sapo bench soak`: a node and two peers run for hours; does anything grow that should not?
+
+Three real `sapo run` processes (one measured node with its control API, two peers) and a real
+bootstrap on 127.0.0.1 train and share rollouts for `minutes`. Every `sample_every_s` the bench reads
+the node's RSS, open descriptors and threads (psutil), its store's size on disk (node.db + WAL), and
+its pool size and round from the control API; the peers' and the bootstrap's RSS ride along. After a
+warm-up (caches fill, the pool reaches capacity, the allocator settles) a least-squares line through
+the samples gives the slope per hour. Target: RSS slope < 1 MiB/h; no growth in descriptors or
+threads. The processes run niced so that the machine stays usable while the soak runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from engine.paths import BENCH_DIR, REPO_ROOT
+
+DESCRIPTION = "a node and two peers for hours: RSS, descriptors, threads, store and pool over time"
+LONG = True
+RSS_SLOPE_TARGET_MIB_PER_H = 1.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_http(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def fit_slope(ts_h: list[float], values: list[float]) -> float:
+    """Least-squares slope of values over time (units per hour); 0 with fewer than 2 points."""
+    n = len(ts_h)
+    if n < 2:
+        return 0.0
+    mt, mv = sum(ts_h) / n, sum(values) / n
+    var = sum((t - mt) ** 2 for t in ts_h)
+    return sum((t - mt) * (v - mv) for t, v in zip(ts_h, values)) / var if var > 0 else 0.0
+
+
+def slope_se(ts_h: list[float], values: list[float]) -> float | None:
+    """Standard error of that slope (per hour): how far sample noise alone moves it."""
+    n = len(ts_h)
+    if n < 3:
+        return None
+    b = fit_slope(ts_h, values)
+    mt, mv = sum(ts_h) / n, sum(values) / n
+    resid = sum((v - mv - b * (t - mt)) ** 2 for t, v in zip(ts_h, values))
+    var = sum((t - mt) ** 2 for t in ts_h)
+    return (resid / (n - 2) / var) ** 0.5 if var > 0 else None
+
+
+def floors(ts_h: list[float], values: list[float], window_h: float) -> tuple[list[float], list[float]]:
+    """The lowest value in each `window_h` window (at the window's middle): RSS breathes by tens of
+    MiB within a round (activations, batches); a leak lifts the floor."""
+    if not ts_h:
+        return [], []
+    out_t, out_v, start = [], [], ts_h[0]
+    while start <= ts_h[-1]:
+        chunk = [v for t, v in zip(ts_h, values) if start <= t < start + window_h]
+        if chunk:
+            out_t.append(start + window_h / 2)
+            out_v.append(min(chunk))
+        start += window_h
+    return out_t, out_v
+
+
+async def _node_status(data_dir: Path) -> dict[str, Any]:
+    from engine.control.client import ControlClient
+    from engine.control.token import read_control_info, read_token
+
+    info = read_control_info(data_dir)
+    if info is None:
+        return {}
+    async with ControlClient(info.url, read_token(data_dir), timeout_s=10.0) as client:
+        return await client.call("status")
+
+
+def _store_mib(data_dir: Path) -> float:
+    return sum(p.stat().st_size for p in data_dir.glob("node.db*") if p.is_file()) / 2**20
+
+
+def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dict[str, Any]:
+    import psutil
+
+    proc = psutil.Process(node.pid)
+    try:
+        status = asyncio.run(_node_status(data_dir))
+    except Exception as exc:  # noqa: BLE001 -- a slow reply is a missing sample field, not a failed soak
+        status = {"error": str(exc)}
+    swarm = status.get("swarm") or {}
+    sample = {"t_s": round(time.monotonic() - t0, 1), "rss_mib": proc.memory_info().rss / 2**20,
+              "fds": proc.num_fds(), "threads": proc.num_threads(), "store_mib": _store_mib(data_dir),
+              "round": status.get("round"), "pool_size": swarm.get("pool_size"), "state": status.get("state")}
+    for name, other in others.items():
+        try:
+            sample[f"{name}_rss_mib"] = psutil.Process(other.pid).memory_info().rss / 2**20
+        except psutil.Error:
+            sample[f"{name}_rss_mib"] = None
+    return sample
+
+
+def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float = 10.0,
+        sample_every_s: float = 5.0, model: str = "seed", nice: int = 10) -> dict[str, Any]:
+    """Soak for `minutes` (the committed result: >= 120), fit slopes after `warmup_minutes`."""
+    if minutes <= warmup_minutes or sample_every_s <= 0:
+        raise ValueError("minutes must exceed warmup_minutes, and sample_every_s must be > 0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    def started(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        import psutil
+
+        psutil.Process(proc.pid).nice(nice)  # its children (none today) would inherit it
+        return proc
+
+    port = _free_port()
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    samples: list[dict[str, Any]] = []
+    crashed = ""
+    with tempfile.TemporaryDirectory(prefix="sapo-soak-") as tmp:
+        try:
+            procs["bootstrap"] = started(subprocess.Popen(
+                [sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port)],
+                cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            _wait_http(f"http://127.0.0.1:{port}/status")
+            dirs = [Path(tmp) / f"n{i}" for i in range(3)]
+            for i, data_dir in enumerate(dirs):
+                cmd = [sys.executable, "-m", "engine", "run", "--headless", "--model", model, "--data-dir",
+                       str(data_dir), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
+                       "127.0.0.1:0", "--seed", str(i)] + (["--control"] if i == 0 else [])
+                log = open(Path(tmp) / f"n{i}.log", "wb")  # noqa: SIM115 -- closed with the process
+                procs["node" if i == 0 else f"peer{i}"] = started(subprocess.Popen(
+                    cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+            node, others = procs["node"], {k: v for k, v in procs.items() if k != "node"}
+            deadline = time.monotonic() + 60
+            while not (dirs[0] / "control.json").exists() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < minutes * 60:
+                dead = [name for name, p in procs.items() if p.poll() is not None]
+                if dead:
+                    crashed = f"{', '.join(dead)} exited (node log tail: " \
+                              f"{(Path(tmp) / 'n0.log').read_bytes()[-1500:].decode(errors='replace')})"
+                    break
+                samples.append(_sample(t0, node, dirs[0], others))
+                s = samples[-1]
+                print(f"soak {s['t_s'] / 60:6.1f} min  round {s['round']}  rss {s['rss_mib']:.1f} MiB  "
+                      f"fds {s['fds']}  threads {s['threads']}  store {s['store_mib']:.2f} MiB  "
+                      f"pool {s['pool_size']}", flush=True)
+                time.sleep(max(0.0, sample_every_s - (time.monotonic() - t0 - s["t_s"])))
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs.values():
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    result = summarize(samples, minutes, warmup_minutes, model, crashed)
+    return write(result, out_dir)
+
+
+def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: float, model: str,
+              crashed: str = "") -> dict[str, Any]:
+    after = [s for s in samples if s["t_s"] >= warmup_minutes * 60]
+    ts_h = [s["t_s"] / 3600 for s in after]
+
+    def slope(key: str) -> float:
+        pairs = [(t, s[key]) for t, s in zip(ts_h, after) if s.get(key) is not None]
+        return fit_slope([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def growth(key: str) -> float:
+        """Median of the last tenth minus median of the first tenth (a link opening for a moment
+        is not growth)."""
+        if len(after) < 2:
+            return 0.0
+        tenth = max(1, len(after) // 10)
+        first, last = sorted(s[key] for s in after[:tenth]), sorted(s[key] for s in after[-tenth:])
+        return float(last[len(last) // 2] - first[len(first) // 2])
+
+    rss = [s["rss_mib"] for s in after]
+    window_h = max(5.0 / 60, (minutes - warmup_minutes) / 60 / 24)  # >= 24 windows, each >= 5 min
+    floor_t, floor_v = floors(ts_h, rss, window_h)
+
+    rounds = [s["round"] for s in samples if isinstance(s.get("round"), int)]
+    pools = [s["pool_size"] for s in samples if isinstance(s.get("pool_size"), int)]
+    result = {
+        "model": model, "minutes": minutes, "warmup_minutes": warmup_minutes, "samples": samples,
+        "rounds": (rounds[-1] - rounds[0]) if len(rounds) > 1 else 0,
+        "rss_slope_mib_per_hour": fit_slope(floor_t, floor_v),
+        "rss_slope_se": slope_se(floor_t, floor_v),
+        "rss_slope_all_samples_mib_per_hour": slope("rss_mib"), "rss_slope_all_samples_se": slope_se(ts_h, rss),
+        "rss_floor_window_minutes": window_h * 60,
+        "rss_floors": [[round(t * 60, 2), v] for t, v in zip(floor_t, floor_v)],
+        "rss_mib_after_warmup": [after[0]["rss_mib"], after[-1]["rss_mib"]] if after else None,
+        "fd_growth": growth("fds"), "thread_growth": growth("threads"),
+        "store_slope_mib_per_hour": slope("store_mib"), "pool_max": max(pools) if pools else None,
+        "peer_rss_slopes_mib_per_hour": {k[:-8]: slope(k) for k in (samples[0] if samples else {})
+                                         if k.endswith("_rss_mib")},
+        "crashed": crashed, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    result["target_met"] = (not crashed and len(after) >= 2 and result["rss_slope_mib_per_hour"] < RSS_SLOPE_TARGET_MIB_PER_H
+                            and result["fd_growth"] <= 0 and result["thread_growth"] <= 0)
+    return result
+
+
+def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "soak.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "soak.md").write_text(table(result) + "\n")
+    if result["samples"]:
+        plot(result, out_dir / "soak.png")
+    return result
+
+
+def _se(value: float | None) -> str:
+    return "(too few samples)" if value is None else f"± {value:.3f}"
+
+
+def table(result: dict[str, Any]) -> str:
+    rss = result["rss_mib_after_warmup"] or [float("nan")] * 2
+    peers = ", ".join(f"{k} {v:+.2f}" for k, v in result["peer_rss_slopes_mib_per_hour"].items())
+    lines = [
+        (f"# Soak: {result['model']} node + 2 peers + bootstrap, {result['minutes']:.0f} min "
+         f"({result['measured_at']})"), "",
+        "| measure (after a {:.0f}-min warm-up) | value | target |".format(result["warmup_minutes"]),
+        "|---|---|---|",
+        (f"| RSS slope (floor of each {result['rss_floor_window_minutes']:.0f}-min window) | "
+         f"{result['rss_slope_mib_per_hour']:+.3f} {_se(result['rss_slope_se'])} MiB/h "
+         f"({rss[0]:.1f} → {rss[1]:.1f} MiB) | < {RSS_SLOPE_TARGET_MIB_PER_H} MiB/h |"),
+        (f"| RSS slope (all samples) | {result['rss_slope_all_samples_mib_per_hour']:+.3f} "
+         f"{_se(result['rss_slope_all_samples_se'])} MiB/h | |"),
+        f"| open descriptors growth (median, last vs first tenth) | {result['fd_growth']:+.0f} | 0 |",
+        f"| threads growth (same) | {result['thread_growth']:+.0f} | 0 |",
+        f"| store size slope | {result['store_slope_mib_per_hour']:+.3f} MiB/h | bounded |",
+        f"| pool size (max) | {result['pool_max']} | ≤ capacity |",
+        f"| rounds trained | {result['rounds']} | |",
+        f"| peers' / bootstrap's RSS slopes | {peers} MiB/h | |",
+        "", f"Target met: **{'yes' if result['target_met'] else 'no'}**"
+        + (f"; a process exited: {result['crashed'][:300]}" if result["crashed"] else ""),
+    ]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = result["samples"]
+    t = [x["t_s"] / 60 for x in s]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8))
+    axes[0].plot(t, [x["rss_mib"] for x in s], label="node")
+    for key in s[0]:
+        if key.endswith("_rss_mib"):
+            axes[0].plot(t, [x[key] for x in s], ":", label=key[:-8])
+    if result["rss_floors"]:
+        axes[0].plot([f[0] for f in result["rss_floors"]], [f[1] for f in result["rss_floors"]], "k.",
+                     label="node floor / window")
+    axes[0].axvline(result["warmup_minutes"], color="grey", lw=0.8)
+    axes[0].set_title(f"RSS (MiB); node slope {result['rss_slope_mib_per_hour']:+.2f} MiB/h")
+    axes[0].legend(fontsize=7)
+    axes[1].plot(t, [x["fds"] for x in s], label="open descriptors")
+    axes[1].plot(t, [x["threads"] for x in s], label="threads")
+    axes[1].set_title("node descriptors / threads")
+    axes[1].legend(fontsize=7)
+    axes[2].plot(t, [x["store_mib"] for x in s])
+    axes[2].set_title("store on disk (MiB)")
+    axes[3].plot(t, [x["pool_size"] if x["pool_size"] is not None else float("nan") for x in s], label="pool size")
+    axes[3].set_title("rollout pool (groups)")
+    for ax in axes:
+        ax.set_xlabel("minutes")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,53 @@
+"""The soak bench's arithmetic on hand-built series, and a short real soak (node + 2 peers + bootstrap)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.bench import soak
+
+
+def test_slope_and_its_error_on_a_known_line() -> None:
+    ts = [i / 10 for i in range(50)]
+    assert soak.fit_slope(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(2.0)
+    assert soak.slope_se(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(0.0, abs=1e-9)
+    noisy = [3.0 + (1 if i % 2 else -1) for i in range(50)]
+    assert soak.fit_slope(ts, noisy) == pytest.approx(0.0, abs=0.2)
+    assert soak.slope_se(ts, noisy) > 0
+    assert soak.slope_se(ts[:2], noisy[:2]) is None
+
+
+def test_floors_ignore_the_sawtooth_and_follow_a_leak() -> None:
+    ts = [i / 100 for i in range(300)]  # 3 h, a sample every 36 s
+    breathing = [500 + (40 if i % 3 else 0) for i in range(300)]  # +40 MiB spikes, flat floor
+    t, v = soak.floors(ts, breathing, 0.25)
+    assert len(t) == 12 and set(v) == {500}
+    leaking = [b + 5 * x for b, x in zip(breathing, ts)]  # 5 MiB/h under the same spikes
+    t, v = soak.floors(ts, leaking, 0.25)
+    assert soak.fit_slope(t, v) == pytest.approx(5.0, abs=0.3)
+
+
+def test_summary_flags_growth_in_descriptors() -> None:
+    samples = [{"t_s": 60.0 * i, "rss_mib": 400.0, "fds": 12 + (i >= 50), "threads": 5, "store_mib": 1.0,
+                "round": i, "pool_size": 10, "state": "in_swarm"} for i in range(60)]
+    result = soak.summarize(samples, minutes=60, warmup_minutes=5, model="seed")
+    assert result["fd_growth"] == 1 and result["thread_growth"] == 0
+    assert result["rss_slope_mib_per_hour"] == pytest.approx(0.0) and not result["target_met"]
+    flat = [dict(s, fds=12) for s in samples]
+    assert soak.summarize(flat, minutes=60, warmup_minutes=5, model="seed")["target_met"]
+
+
+@pytest.mark.timeout(240)
+def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
+    result = soak.run(out_dir=tmp_path, minutes=0.9, warmup_minutes=0.3, sample_every_s=3.0, nice=0)
+    assert not result["crashed"]
+    samples = result["samples"]
+    assert len(samples) >= 10 and all(s["rss_mib"] > 50 and s["threads"] >= 1 for s in samples)
+    assert samples[-1]["round"] > samples[0]["round"]  # the node trains while it is watched
+    assert any(s["pool_size"] for s in samples)  # and pools its peers' groups
+    saved = json.loads((tmp_path / "soak.json").read_text())
+    assert saved["rss_slope_mib_per_hour"] == result["rss_slope_mib_per_hour"]
+    assert (tmp_path / "soak.png").stat().st_size > 1000 and "RSS slope" in (tmp_path / "soak.md").read_text()
