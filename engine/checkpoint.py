@@ -102,6 +102,24 @@ def save_checkpoint(directory: str | Path, *, model: Any, optimizer: torch.optim
     return final
 
 
+def checkpoint_due(round_no: int, work_since_s: float, last_write_s: float | None, *, every: int,
+                   max_loss_s: float, overhead: float) -> bool:
+    """After a finished round: write a checkpoint now?
+
+    work_since_s: training seconds since the newest checkpoint; last_write_s: what writing it cost
+    (None before the first write). Yes when the round rule says so, when a crash would otherwise lose
+    more than max_loss_s, or when a write is cheap next to the work it saves (at most `overhead` of
+    it). The first round writes one (if any rule is on) to learn what a write costs.
+    """
+    if every and round_no % every == 0:
+        return True
+    if max_loss_s and work_since_s >= max_loss_s:
+        return True
+    if overhead and (last_write_s is None or last_write_s <= overhead * work_since_s):
+        return True
+    return bool(max_loss_s) and last_write_s is None
+
+
 def list_checkpoints(directory: str | Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     directory = Path(directory)

@@ -359,6 +359,12 @@ class Node:
         trainer = Trainer.resume(loaded.model, loaded.tokenizer, sapo, tasks.preset(self.config.mix), self.store,
                                  self._checkpoint_dir(model), self.config.seed, model_id=spec_id,
                                  on_event=self.bus.publish, generator=loaded.generator)
+        if trainer.discarded_rounds:
+            lost = trainer.discarded_rounds
+            self.bus.publish(LogRecord(level="warning", message=(
+                f"the last run of {spec_id} ended without a checkpoint after round {trainer.round}: rounds "
+                f"{lost[0]}-{lost[-1]} are rolled back from the history; training resumes from round "
+                f"{trainer.round}'s weights")))
         self._continue_round_count(trainer)
         self._built_model = model
         with self._lock:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 ROLLOUT_STATUSES = ("pooled", "used", "dropped")
@@ -34,6 +34,8 @@ PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
 # correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
 # weight that round), and each specialty's curriculum rung.
 ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
+# Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
+# can roll back exactly the rounds a crash took from that model's weights.
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -121,6 +123,9 @@ class Store:
             for metric in ROUND_METRICS_V2:
                 self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
             self._db.execute("ALTER TABLE rounds ADD COLUMN rungs_json TEXT NOT NULL DEFAULT '{}'")
+        if version < 3:
+            for table in ("rounds", "evals"):
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN model TEXT NOT NULL DEFAULT ''")
         self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def __enter__(self) -> Self:
@@ -149,8 +154,8 @@ class Store:
     def record_round(self, round: int, policy_version: int, metrics: Mapping[str, float],
                      per_specialty: Mapping[str, float], phase_seconds: Mapping[str, float],
                      num_local: int, num_external: int, ts: float | None = None,
-                     rungs: Mapping[str, int] | None = None) -> None:
-        """Write one round (a replayed round after a resume replaces the old row)."""
+                     rungs: Mapping[str, int] | None = None, model: str = "") -> None:
+        """Write one round (a replayed round after a resume replaces the old row); `model`: its id."""
         values = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
@@ -161,8 +166,9 @@ class Store:
         values.append(json.dumps(spec, sort_keys=True))
         values.append(json.dumps({_text(k, "specialty"): _count(v, k) for k, v in (rungs or {}).items()},
                                  sort_keys=True))
+        values.append(_text(model, "model"))
         cols = ["round", "policy_version", "ts", "num_local", "num_external", *metric_names,
-                *(f"seconds_{p}" for p in PHASES), "per_specialty_json", "rungs_json"]
+                *(f"seconds_{p}" for p in PHASES), "per_specialty_json", "rungs_json", "model"]
         self._write(f"INSERT OR REPLACE INTO rounds ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                     values)
 
@@ -181,6 +187,27 @@ class Store:
             r["per_specialty"] = json.loads(r.pop("per_specialty_json"))
             r["rungs"] = json.loads(r.pop("rungs_json"))
         return rows
+
+    def discard_rounds_after(self, round: int, model: str) -> list[int]:
+        """Roll back what `model` recorded after `round` (rounds and their evals) -> the rounds removed.
+        The resumed weights are those of `round`: a crash took the rest. Other models' rows stay, as
+        do rows of unknown model (written before schema v3)."""
+        if not model:
+            return []
+        with self._lock, self._db:
+            gone = [int(r[0]) for r in self._db.execute(
+                "SELECT round FROM rounds WHERE round > ? AND model = ? ORDER BY round", (_count(round, "round"), model))]
+            self._db.execute("DELETE FROM rounds WHERE round > ? AND model = ?", (round, model))
+            self._db.execute("DELETE FROM evals WHERE round > ? AND model = ?", (round, model))
+            if gone:
+                self._db.execute("INSERT INTO meta VALUES ('rounds_rolled_back', ?) ON CONFLICT(key) DO UPDATE "
+                                 "SET value = CAST(value AS INTEGER) + ?", (str(len(gone)), len(gone)))
+        return gone
+
+    def rolled_back_total(self) -> int:
+        """Rounds rolled back after crashes, over this store's life."""
+        rows = self._read("SELECT value FROM meta WHERE key = 'rounds_rolled_back'")
+        return int(rows[0]["value"]) if rows else 0
 
     def last_round(self) -> int | None:
         row = self._read("SELECT MAX(round) AS r FROM rounds")[0]
@@ -201,15 +228,16 @@ class Store:
 
     # -- evals --------------------------------------------------------------------------------
     def record_eval(self, round: int, policy_version: int, report: Mapping[str, Any],
-                    kind: str = "heldout", ts: float | None = None) -> None:
+                    kind: str = "heldout", ts: float | None = None, model: str = "") -> None:
         """Store an EvalReport.to_dict() (overall pass1/passk as columns, the rest as JSON)."""
         overall = report.get("overall") or {}
-        self._write("INSERT INTO evals (round, policy_version, ts, kind, k, pass1, passk, report_json) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        self._write("INSERT INTO evals (round, policy_version, ts, kind, k, pass1, passk, report_json, model) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (_count(round, "round"), _count(policy_version, "policy_version"),
                      _finite(ts if ts is not None else time.time(), "ts"), _text(kind, "kind"),
                      _count(report.get("k"), "k"), _finite(overall.get("pass1"), "pass1"),
-                     _finite(overall.get("passk"), "passk"), json.dumps(dict(report), sort_keys=True)))
+                     _finite(overall.get("passk"), "passk"), json.dumps(dict(report), sort_keys=True),
+                     _text(model, "model")))
 
     def evals(self, kind: str | None = None) -> list[dict[str, Any]]:
         sql, params = "SELECT * FROM evals", []

@@ -10,6 +10,7 @@ import torch
 
 from engine.checkpoint import (
     CheckpointError,
+    checkpoint_due,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -80,3 +81,18 @@ def test_refuses_bad_or_mismatched_checkpoints(tmp_path: Path) -> None:
     (path / "state.json").write_text("not json")
     with pytest.raises(CheckpointError):
         load_checkpoint(path, model=_model(0))
+
+
+def test_checkpoint_due_bounds_the_work_a_crash_loses() -> None:
+    def due(round_no: int, work: float, last: float | None, every: int = 0, max_loss: float = 30.0,
+            overhead: float = 0.02) -> bool:
+        return checkpoint_due(round_no, work, last, every=every, max_loss_s=max_loss, overhead=overhead)
+
+    assert due(1, 0.3, None)  # the first round writes one, to learn what a write costs
+    assert due(7, 13.0, 0.05)  # a LoRA round of 13 s, a 50 ms write: every round
+    assert not due(7, 0.3, 0.05)  # a 0.3 s seed round: not every round ...
+    assert due(7, 2.5, 0.05)  # ... but once 2.5 s of work would be lost (2 % overhead)
+    assert due(7, 30.0, 5.0)  # an expensive write still happens before 30 s of work are at stake
+    assert not due(7, 29.0, 5.0)
+    assert due(10, 0.1, 5.0, every=5) and not due(11, 0.1, 5.0, every=5)
+    assert not due(1, 100.0, None, max_loss=0.0, overhead=0.0)  # every rule off: only on stop

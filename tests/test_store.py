@@ -19,7 +19,7 @@ def _metrics(x: float) -> dict[str, float]:
 def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
     path = tmp_path / "node.db"
     with Store(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         for r in range(1, 4):
             store.record_round(r, r, _metrics(r / 10), {"bf": r / 10}, {"generate": 0.5, "total": 1.0}, 8, 0,
                                ts=100.0 + r)
@@ -53,7 +53,7 @@ def test_a_v1_store_gains_the_format_and_rung_columns_and_keeps_its_rounds(tmp_p
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == 3
         old = store.rounds()[0]
         assert old["reward_mean"] == 0.25 and old["rungs"] == {} and old["format_rate"] is None
         store.record_round(2, 2, {**_metrics(0.5), "format_rate": 0.75, "format_weight": 0.1}, {"bf": 0.5}, {}, 4, 0,
@@ -124,3 +124,16 @@ def test_refuses_a_newer_schema_and_garbage(tmp_path: Path) -> None:
     junk.write_bytes(b"not a database at all" * 100)
     with pytest.raises(StoreError):
         Store(junk)
+
+
+def test_a_resume_rolls_back_exactly_the_rounds_its_model_lost(tmp_path: Path) -> None:
+    with Store(tmp_path / "node.db") as store:
+        for r in range(1, 8):  # rounds 1-4 by "a" (checkpointed at 3), 5-6 by "b", 7 by "a" again
+            model = "b" if r in (5, 6) else "a"
+            store.record_round(r, r, {"loss": 0.1}, {}, {}, 1, 0, model=model)
+            store.record_eval(r, r, {"k": 1, "overall": {"pass1": 0.0, "passk": 0.0}}, model=model)
+        assert store.discard_rounds_after(3, "a") == [4, 7]
+        assert [(r["round"], r["model"]) for r in store.rounds()] == [(1, "a"), (2, "a"), (3, "a"), (5, "b"), (6, "b")]
+        assert [e["round"] for e in store.evals()] == [1, 2, 3, 5, 6]
+        assert store.discard_rounds_after(3, "a") == [] and store.discard_rounds_after(0, "") == []
+        assert store.rolled_back_total() == 2

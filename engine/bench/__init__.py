@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "cpu-round": "engine.bench.cpu_round",
     "real-learning": "engine.bench.real_learning",
     "soak": "engine.bench.soak",
+    "checkpoint": "engine.bench.checkpoint",
 }
 
 

@@ -74,7 +74,8 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
     from engine.tasks.library import preset as mix_preset
 
     torch.set_num_threads(threads)
-    base = preset("paper").to_dict() | {"eval_every": eval_every, "checkpoint_every": 0} | (overrides or {})
+    base = preset("paper").to_dict() | {"eval_every": eval_every, "checkpoint_every": 0,
+                                           "checkpoint_seconds": 0.0, "checkpoint_overhead": 0.0} | (overrides or {})
     cfg = SapoConfig.from_dict(base)
     model, tok = load_policy(model_dir)
     start = time.time()

@@ -90,7 +90,14 @@ class SapoConfig:
     # on full-precision CPU weights and the CPU has native bf16 (AVX512-BF16 / AMX): ~2.4x faster updates
     # on SmolLM2-135M here; full fine-tuning, GPUs and other CPUs stay as loaded. "off" or "bf16" force it.
     autocast: str = "auto"
-    checkpoint_every: int = 10  # rounds between checkpoints (and one on clean stop); 0 = only on stop
+    # What a crash (kill -9, power cut) may cost. A checkpoint is written on a clean stop and after the
+    # round that reaches any of these; a kill loses at most checkpoint_seconds of finished rounds plus
+    # the round in flight.
+    checkpoint_seconds: float = 30.0  # finished work a crash may lose at most; 0 = no time rule
+    # ... and after every round whose work since the last write is at least 1/overhead times what that
+    # write cost (a LoRA adapter and its Adam state write in milliseconds: every round); 0 = off
+    checkpoint_overhead: float = 0.02
+    checkpoint_every: int = 0  # ... and every N rounds; 0 = no round rule
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
     eval_every: int = 100  # rounds between held-out evaluations; 0 = never during training
     eval_per_specialty: int = 32  # held-out questions per specialty
@@ -141,6 +148,8 @@ class SapoConfig:
         _int("pack_len", self.pack_len, 1, 2**20)
         if self.autocast not in AUTOCAST_MODES:
             raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {self.autocast!r}")
+        _float("checkpoint_seconds", self.checkpoint_seconds, 0.0, 86400.0)
+        _float("checkpoint_overhead", self.checkpoint_overhead, 0.0, 1.0)
         _int("checkpoint_every", self.checkpoint_every, 0)
         _int("keep_checkpoints", self.keep_checkpoints, 1, 1000)
         _int("eval_every", self.eval_every, 0)
@@ -186,7 +195,7 @@ PRESETS: dict[str, SapoConfig] = {
     "cpu-real": SapoConfig(num_local=4, completions=8, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
                            prompt_style="chat-fewshot", prompt_shots=3, curriculum=CurriculumConfig(enabled=True),
                            format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=0,
-                           checkpoint_every=5, max_origin_share=0.5),
+                           max_origin_share=0.5),
 }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from engine.checkpoint import checkpoint_due, latest_checkpoint, load_checkpoint, save_checkpoint
 from engine.evaluation import EvalReport, evaluate
 from engine.events import EvalCompleted, Event, RoundCompleted
 from engine.models.backends import Generator, HFGenerator
@@ -101,6 +101,10 @@ class Trainer:
         self._heldout: list[Any] | None = None
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
+        self.work_since_checkpoint = 0.0  # training seconds a crash now would lose
+        self.last_checkpoint_seconds: float | None = None  # what the newest checkpoint write cost
+        self.discarded_rounds: list[int] = []  # rounds the store held past the resumed checkpoint
+        self._checkpointed: tuple[int, int] | None = None  # (round, policy_version) of the newest checkpoint
 
     # -- the round --------------------------------------------------------------------------------
     def run_round(self, external: Sequence[RolloutGroup] = ()) -> RoundResult:
@@ -178,7 +182,7 @@ class Trainer:
         rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}
         if self.store is not None:
             self.store.record_round(round_no, self.policy_version, metrics, per_spec, phases,
-                                    len(kept_ids), len(used_ext), rungs=rungs)
+                                    len(kept_ids), len(used_ext), rungs=rungs, model=self.model_id)
         self._emit(RoundCompleted(round=round_no, policy_version=self.policy_version, metrics=dict(metrics),
                                   per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
                                   num_local=len(kept_ids), num_external=len(used_ext), rungs=rungs))
@@ -186,7 +190,10 @@ class Trainer:
         if cfg.eval_every and round_no % cfg.eval_every == 0:
             report = self.evaluate_heldout()
         ckpt = None
-        if cfg.checkpoint_every and round_no % cfg.checkpoint_every == 0 and self.checkpoint_dir is not None:
+        self.work_since_checkpoint += time.perf_counter() - t0
+        if self.checkpoint_dir is not None and checkpoint_due(
+                round_no, self.work_since_checkpoint, self.last_checkpoint_seconds, every=cfg.checkpoint_every,
+                max_loss_s=cfg.checkpoint_seconds, overhead=cfg.checkpoint_overhead):
             ckpt = self.save_checkpoint()
         return RoundResult(round=round_no, policy_version=self.policy_version,
                            local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
@@ -211,7 +218,7 @@ class Trainer:
                           policy_version=self.policy_version)
         if record:
             if self.store is not None:
-                self.store.record_eval(self.round, self.policy_version, report.to_dict())
+                self.store.record_eval(self.round, self.policy_version, report.to_dict(), model=self.model_id)
             per = {name: {"pass1": s.pass1, "passk": s.passk} for name, s in report.per_specialty.items()}
             self._emit(EvalCompleted(round=self.round, pass1=report.pass1, passk=report.passk, k=report.k,
                                      per_specialty=per))
@@ -223,11 +230,19 @@ class Trainer:
             raise ValueError("this trainer has no checkpoint directory")
         if self._mid_update:
             raise RuntimeError("a round was interrupted inside its update; the last checkpoint stands")
+        newest = latest_checkpoint(self.checkpoint_dir)
+        if newest is not None and self._checkpointed == (self.round, self.policy_version):
+            return newest  # nothing trained since: rewriting it would only open a window to lose it
+        t0 = time.perf_counter()
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed, "curriculum": self.curriculum.state_dict()}
-        return save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
+        path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
+        self.last_checkpoint_seconds = time.perf_counter() - t0
+        self.work_since_checkpoint = 0.0
+        self._checkpointed = (self.round, self.policy_version)
+        return path
 
     def load(self, path: str | Path) -> None:
         """Restore weights, optimizer, RNG states and counters from a checkpoint directory."""
@@ -237,6 +252,7 @@ class Trainer:
                          weight_decay=self.cfg.weight_decay)
         self.rng.setstate(ckpt.python_rng)
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
+        self._checkpointed = (ckpt.round, ckpt.policy_version)
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         saved = ckpt.extra.get("config")
         self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
@@ -248,12 +264,16 @@ class Trainer:
         """A trainer continuing from the newest checkpoint in `checkpoint_dir` (fresh if there is none).
 
         Pass the *seed* weights as `model`: the KL reference is taken from them before the
-        checkpoint's weights are loaded.
+        checkpoint's weights are loaded. Rounds the store holds for this model past that checkpoint
+        (a crash killed their weights) are rolled back and listed in `discarded_rounds`: history never
+        shows rounds the model does not hold, and the restored RNG redoes them as those rounds.
         """
         trainer = cls(model, tokenizer, cfg, mix, store, checkpoint_dir, seed, **kwargs)
         path = latest_checkpoint(checkpoint_dir)
         if path is not None:
             trainer.load(path)
+        if store is not None:  # rounds this model trained after that checkpoint died with the process
+            trainer.discarded_rounds = store.discard_rounds_after(trainer.round, trainer.model_id)
         return trainer
 
     def _emit(self, event: Event) -> None:

@@ -30,7 +30,8 @@ def odd_length_reward(question: Any, completion: str) -> float:
 
 
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=6),
-                 checkpoint_every=2, eval_every=0, lr=1e-3, num_iterations=2)
+                 checkpoint_every=2, checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0, lr=1e-3,
+                 num_iterations=2)
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,8 @@ def test_resume_equals_an_uninterrupted_run(model_dir: Path, tmp_path: Path) -> 
     resumed = _trainer(model_dir, tmp_path / "b", resume=True)
     assert (resumed.round, resumed.policy_version) == (2, first.policy_version - 2)
     assert resumed.config_changes == []
+    assert resumed.discarded_rounds == [3]  # the store no longer shows a round the weights don't hold
+    assert [r["round"] for r in resumed.store.rounds()] == [1, 2]
     changed = _trainer(model_dir, tmp_path / "b", dataclasses.replace(CFG, lr=5e-4), resume=True)
     assert changed.config_changes == ["lr"]
     assert changed.optimizer.param_groups[0]["lr"] == 5e-4  # the new setting is the one in force
