@@ -43,8 +43,9 @@ def self_command(frozen: bool | None = None, executable: str | None = None,
 
 def default_command() -> list[str]:
     """What a login starts: the engine, joined, serving the control API so the app can attach later
-    (the app's window at every login would be a nuisance; BOINC and F@H start their client the same way)."""
-    return [*self_command(windowed=True), "run", "--headless", "--control"]
+    (the app's window at every login would be a nuisance; BOINC and F@H start their client the same way),
+    supervised: restarted when it dies (engine/supervisor.py)."""
+    return [*self_command(windowed=True), "run", "--headless", "--control", "--supervised"]
 
 
 def engine_command(data_dir: Path | None = None) -> list[str]:

@@ -100,7 +100,12 @@ class Node:
         self._built_model: str | None = None  # what the live trainer was built from
         self._switching: str | None = None  # a select_model in progress
         self.finished = asyncio.Event()  # set when the worker ends (rounds limit, leave, or a crash)
+        self.crashed = asyncio.Event()  # set when training raised: `sapo run` exits for its supervisor
         self.error: str | None = None
+        self.identity_conflict = False  # another live node has this identity: a restart cannot help
+        from engine.supervisor import read_last_crash
+
+        self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
 
     # ---- NodeControl ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -109,7 +114,8 @@ class Node:
                     "policy_version": self._policy_version, "peers": self._peer_count(),
                     "model": self._model_label, "device": self._device, "backend": self._backend,
                     "data_dir": str(self.config.data_dir),
-                    "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health()}
+                    "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health(),
+                    "last_crash": self._last_crash}
 
     def _swarm_health(self) -> dict[str, Any]:
         """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
@@ -297,6 +303,7 @@ class Node:
                 copy = self._swarm.duplicate_identity if self._swarm is not None else None
                 if copy is not None:  # another live node has our identity: it must not be both
                     self.error = str(copy)
+                    self.identity_conflict = True
                     self.bus.publish(LogRecord(level="error", message=self.error))
                     self._set_state("stopped", self.error)
                     break
@@ -315,6 +322,8 @@ class Node:
             self.error = f"{type(exc).__name__}: {exc}"
             self.bus.publish(LogRecord(level="error", message=traceback.format_exc()))
             self._set_state("stopped", self.error)
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(self.crashed.set)
         finally:
             if trainer is not None:
                 trainer.save_checkpoint()

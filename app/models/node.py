@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.events import NODE_STATES, RoundCompleted, StateChanged
+from engine.supervisor import crash_text, parse_crash
 
 STATE_LABELS = {
     "stopped": "Not contributing",
@@ -19,6 +20,7 @@ STATE_LABELS = {
     "leaving": "Leaving…",
 }
 ACTIVE_STATES = ("solo", "joining", "in_swarm", "pausing")  # the big button says "Leave" in these
+CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for a day
 
 
 class NodeModel:
@@ -37,6 +39,7 @@ class NodeModel:
         self.data_dir = ""
         self.connected = False
         self.engine_url = ""
+        self.last_crash: dict[str, Any] | None = None  # why the engine last died (its supervisor's record)
         self.version = 0
 
     def apply_status(self, status: dict[str, Any]) -> None:
@@ -50,12 +53,16 @@ class NodeModel:
             value = status.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 setattr(self, key, value)
+        self.last_crash = parse_crash(status.get("last_crash"))
         self.version += 1
 
     def apply_identity(self, status: dict[str, Any]) -> None:
         """What events don't carry (model, device, backend, names) from a later `status` reply; the
         state and counters stay with the events, which may be newer than the reply."""
         changed = False
+        crash = parse_crash(status.get("last_crash"))
+        if crash != self.last_crash:
+            self.last_crash, changed = crash, True
         for key in ("model", "device", "backend", "peer_name", "data_dir"):
             value = status.get(key)
             if isinstance(value, str) and value != getattr(self, key):
@@ -73,6 +80,14 @@ class NodeModel:
         if event.round >= self.round:
             self.round, self.policy_version = event.round, event.policy_version
             self.version += 1
+
+    def crash_note(self, now: float | None = None) -> str:
+        """The header's line about the last crash, while it is recent; "" otherwise."""
+        crash = self.last_crash
+        now = time.time() if now is None else now
+        if crash is None or now - crash["ts"] > CRASH_SHOWN_FOR_S:
+            return ""
+        return crash_text(crash)
 
     @property
     def active(self) -> bool:

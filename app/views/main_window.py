@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -38,6 +39,7 @@ from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
 from engine.control.api import ModelProgress
 from engine.events import StateChanged
+from engine.supervisor import read_last_crash
 
 SWARM_POLL_S = 2.0  # status polls while the Peers tab is shown (refused/dropped counters)
 MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stalls the event loop
@@ -137,8 +139,14 @@ class MainWindow(QMainWindow):
         state_row.addStretch(1)
         self.state_detail = QLabel()
         self.state_detail.setObjectName("stateDetail")
+        self.crash_note = QLabel()
+        self.crash_note.setObjectName("crashNote")
+        self.crash_note.setWordWrap(True)
+        self.crash_note.setStyleSheet("color: #b45309")
+        self.crash_note.setToolTip("From the engine's supervisor (logs/last_crash.json in the data dir)")
         state_box.addLayout(state_row)
         state_box.addWidget(self.state_detail)
+        state_box.addWidget(self.crash_note)
         row.addLayout(state_box, 1)
 
         self.stats: dict[str, QLabel] = {}
@@ -225,6 +233,8 @@ class MainWindow(QMainWindow):
         if not change.up:
             was = node.connected
             node.connected = False
+            if node.data_dir:  # a local engine's supervisor writes why it died before it restarts it
+                node.last_crash = read_last_crash(Path(node.data_dir)) or node.last_crash
             node.version += 1
             if was or change.fatal:
                 self.model.log.add("warning", f"engine link lost: {change.reason}")
@@ -238,6 +248,9 @@ class MainWindow(QMainWindow):
         self.state_label.setText(node.label if node.connected else "Engine not connected")
         self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
         self.state_detail.setText(node.detail if node.connected else "The app reconnects by itself.")
+        note = node.crash_note()
+        self.crash_note.setText(note)
+        self.crash_note.setVisible(bool(note))
         self.subtitle.setText(" · ".join(p for p in (node.peer_name, node.device.upper(), node.backend) if p))
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")

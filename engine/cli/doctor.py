@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 
@@ -14,6 +15,7 @@ def register(sub: Any) -> None:
     p.add_argument("--memory-gb", type=float, help="its GPU / unified / RAM memory (with --device)")
     p.add_argument("--cores", type=int, default=8, help="its physical CPU cores (with --device)")
     p.add_argument("--offline", action="store_true", help="only models already on this machine")
+    p.add_argument("--data-dir", type=Path, default=None, help="the node's data dir (for its last crash)")
     p.add_argument("--max-round-seconds", type=float, default=None,
                    help="longest acceptable paper-sized round (default 300)")
     p.set_defaults(func=run)
@@ -33,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     if args.max_round_seconds is not None:
         kwargs["max_round_seconds"] = args.max_round_seconds
     rep = doctor.report(**kwargs)
+    from engine.paths import default_data_dir
+    from engine.supervisor import read_last_crash
+
+    rep["last_crash"] = read_last_crash((args.data_dir or default_data_dir()).expanduser())
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -72,3 +78,10 @@ def print_table(rep: dict[str, Any]) -> None:
     pick = rep["pick"]
     console.print(f"[bold green]Pick:[/] {pick['model']} via {pick['backend']} ({pick['quantization']}) — "
                   f"{pick['reason']}")
+    if "last_crash" in rep:
+        from rich.markup import escape
+
+        from engine.supervisor import crash_text
+
+        crash = rep["last_crash"]
+        console.print(f"[bold red]Last crash:[/] {escape(crash_text(crash))}" if crash else "Last crash: none recorded")

@@ -48,6 +48,9 @@ def register(sub: Any) -> None:
                    help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
     p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
     p.add_argument("--paused", action="store_true", help="start without joining (wait for the GUI)")
+    p.add_argument("--supervised", action="store_true",
+                   help="run the engine as a child and restart it when it dies (backoff; gives up after "
+                        "repeated fast crashes); why it died goes to logs/last_crash.json")
     p.set_defaults(func=run)
 
 
@@ -113,12 +116,30 @@ def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    if args.supervised:
+        return supervise(args)
     try:
         config = build_config(args)
     except ValueError as exc:
         raise SystemExit(f"sapo run: {exc}") from exc
     return asyncio.run(serve(config, control=args.control, control_port=args.control_port,
                              start_paused=args.paused))
+
+
+def supervise(args: argparse.Namespace) -> int:
+    """This same command line without --supervised, as a supervised child (engine/supervisor.py)."""
+    from engine.autostart import self_command
+    from engine.paths import default_data_dir
+    from engine.supervisor import Supervisor
+
+    data_dir = (args.data_dir or default_data_dir()).expanduser()
+    argv = sys.argv[1:]
+    child = [*self_command(), *[a for a in argv if a != "--supervised"]]
+    if args.data_dir is None:
+        child += ["--data-dir", str(data_dir)]  # the crash record and the engine share one data dir
+    sup = Supervisor(child, data_dir, say=lambda text: print(text, file=sys.stderr, flush=True))
+    sup.install_signal_handlers()
+    return sup.run()
 
 
 async def serve(config: Any, *, control: bool, control_port: int = 0, start_paused: bool = False) -> int:
@@ -137,7 +158,7 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
     try:
         if not start_paused:
             await node.join()
-        waiters = [asyncio.ensure_future(stop.wait())]
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.crashed.wait())]
         if not control:  # without a GUI to ask for more, the process ends with its rounds
             waiters.append(asyncio.ensure_future(node.finished.wait()))
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -151,6 +172,14 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
 
             remove_control_info(config.data_dir, os.getpid())
         node.store.close()
+    if node.crashed.is_set():
+        from engine.supervisor import EXIT_ENGINE_CRASHED
+
+        return EXIT_ENGINE_CRASHED  # training raised: a supervisor restarts this engine
+    if node.identity_conflict:
+        from engine.supervisor import EXIT_NO_RESTART
+
+        return EXIT_NO_RESTART
     return 1 if node.error else 0
 
 

@@ -47,8 +47,8 @@ def find_engine(data_dir: Path) -> ControlInfo | None:
 
 
 def engine_command(data_dir: Path, extra_args: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "engine", "run", "--headless", "--control", "--data-dir", str(data_dir),
-            *extra_args]
+    return [sys.executable, "-m", "engine", "run", "--headless", "--control", "--supervised", "--data-dir",
+            str(data_dir), *extra_args]
 
 
 def start_engine(data_dir: Path, extra_args: Sequence[str] = (), low_priority: bool = True,

@@ -227,3 +227,30 @@ def test_hidden_window_keeps_its_models_but_draws_nothing(qtbot: QtBot, window: 
     assert window.dashboard.redraws == redraws
     window.show()
     qtbot.waitUntil(lambda: window.dashboard.redraws > redraws, timeout=WAIT_MS)
+
+
+def test_the_header_says_why_the_engine_died_and_that_it_came_back(qtbot: QtBot, window: MainWindow,
+                                                                    engine: EngineThread) -> None:
+    from engine.supervisor import CrashRecord, crash_reason, read_last_crash, write_crash
+
+    assert not window.crash_note.isVisible()
+    engine.run(engine.server.close())  # the engine is gone; its supervisor writes why, then restarts it
+    write_crash(engine.data_dir, CrashRecord(ts=time.time(), exit_code=-9, reason=crash_reason(-9, ""), ran_s=40.0,
+                                             restarts=0, gave_up=False, next_restart_s=2.0))
+    qtbot.waitUntil(lambda: not window.model.node.connected, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.crash_note.isVisible(), timeout=WAIT_MS)
+    assert "SIGKILL" in window.crash_note.text() and "restarted after 2 s" in window.crash_note.text()
+
+    engine.node._last_crash = read_last_crash(engine.data_dir)  # what the restarted engine reads at start
+
+    async def restart() -> ControlServer:
+        server = ControlServer(engine.node, create_token(engine.data_dir))
+        await server.start()
+        return server
+    engine.server = engine.run(restart())
+    write_control_info(engine.data_dir, engine.server.url)
+    qtbot.waitUntil(lambda: window.model.node.connected, timeout=WAIT_MS)
+    assert "SIGKILL" in window.crash_note.text()  # still said once back, from the engine's own status
+    window.model.node.last_crash = None
+    window.model.node.version += 1
+    qtbot.waitUntil(lambda: not window.crash_note.isVisible(), timeout=WAIT_MS)

@@ -144,7 +144,7 @@ def test_windows_run_value_quotes_like_createprocess() -> None:
 def test_default_command_runs_the_engine_joined_with_the_control_api() -> None:
     assert autostart.self_command(frozen=True, executable="/b/sapo") == ["/b/sapo"]
     assert autostart.self_command(frozen=False, executable="/v/python") == ["/v/python", "-m", "engine"]
-    assert autostart.default_command()[-3:] == ["run", "--headless", "--control"]
+    assert autostart.default_command()[-4:] == ["run", "--headless", "--control", "--supervised"]
 
 
 def test_windows_login_uses_the_windowed_twin(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_node_setting_registers_and_removes_the_login_entry(tmp_path: Path,
     try:
         asyncio.run(node.update_settings({"start_at_login": True}))
         keys = parse_entry(entry.read_text())
-        assert split_exec(keys["Exec"])[-5:] == ["run", "--headless", "--control", "--data-dir", str(data)]
+        assert split_exec(keys["Exec"])[-6:] == ["run", "--headless", "--control", "--supervised", "--data-dir", str(data)]
         asyncio.run(node.update_settings({"start_at_login": False}))
         assert not entry.exists()
         entry.parent.rmdir()
