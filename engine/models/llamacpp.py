@@ -49,7 +49,28 @@ def _lib() -> Any:
         raise RuntimeError("the llama.cpp backend needs llama-cpp-python: `pip install llama-cpp-python==0.3.36` "
                            "(compiles llama.cpp; a few minutes)") from exc
     logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # its C log goes through this logger
+    load_cpu_backends()
     return llama_cpp
+
+
+@functools.cache
+def load_cpu_backends() -> int:
+    """Backends llama.cpp can use -> how many. A portable build (the desktop bundle's: GGML_BACKEND_DL
+    with GGML_CPU_ALL_VARIANTS) registers none by itself: ggml then loads, from llama_cpp/lib, the
+    libggml-cpu-<variant>.so that best fits this CPU (AVX512/bf16 where present, plain x86-64 at
+    worst). A default build has its CPU backend linked in, and this does nothing."""
+    import llama_cpp
+    from llama_cpp import _ggml
+
+    ggml = _ggml.libggml
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_count.argtypes = []
+    if ggml.ggml_backend_reg_count() == 0:
+        ggml.ggml_backend_load_all_from_path.restype = None
+        ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
+        ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+    return int(ggml.ggml_backend_reg_count())
 
 
 @functools.cache
