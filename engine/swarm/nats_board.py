@@ -1,0 +1,80 @@
+"""The board on NATS JetStream: one memory stream, one subject per node, the latest frame per subject.
+
+Stream settings do the board's bookkeeping on the server: `max_msgs_per_subject=1` (a put replaces the
+node's previous frame), `max_age` (frames older than the pool's staleness vanish), `max_msg_size` (the
+protocol's frame limit), `allow_direct` (reads served by any replica, without the JetStream API
+round trip). A fetch is one direct get "first message at or after sequence s on sapo.rollouts.*":
+O(1) per fetch however many nodes there are. nats-py reconnects across the cluster's servers by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from engine.swarm.board import SUBJECT_PREFIX, BoardFrame, key_subject
+from engine.swarm.errors import ConnectError
+
+STREAM = "SAPO_ROLLOUTS"
+
+
+class NatsBoard:
+    def __init__(self, servers: Sequence[str], *, stream: str = STREAM, prefix: str = SUBJECT_PREFIX,
+                 max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1,
+                 create: bool = True, connect_options: dict[str, Any] | None = None) -> None:
+        if not servers:
+            raise ValueError("NatsBoard needs at least one server URL")
+        self.servers = list(servers)
+        self.stream, self.prefix = stream, prefix
+        self.max_age_s, self.max_frame_bytes, self.replicas = max_age_s, max_frame_bytes, replicas
+        self.create = create
+        self.connect_options = connect_options or {}
+        self.nc: Any = None
+        self.js: Any = None
+
+    async def connect(self, timeout_s: float = 5.0) -> NatsBoard:
+        import nats
+        from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+        try:
+            self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=True,
+                                         max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                         **self.connect_options)
+        except Exception as exc:  # nats-py raises several unrelated types here
+            raise ConnectError(f"cannot reach the swarm's data plane at {', '.join(self.servers)}: {exc}") from exc
+        self.js = self.nc.jetstream(timeout=timeout_s)
+        if self.create:
+            config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,
+                                  max_age=self.max_age_s, max_msg_size=self.max_frame_bytes,
+                                  storage=StorageType.MEMORY, discard=DiscardPolicy.OLD, allow_direct=True,
+                                  num_replicas=self.replicas)
+            try:
+                await self.js.add_stream(config)
+            except Exception:  # noqa: BLE001 -- it exists with other settings: update to ours
+                await self.js.update_stream(config)
+        return self
+
+    async def put(self, peer_id: str, frame: bytes) -> int:
+        ack = await self.js.publish(key_subject(peer_id, self.prefix), frame, stream=self.stream)
+        return int(ack.seq)
+
+    async def extent(self) -> tuple[int, int]:
+        info = await self.js.stream_info(self.stream)
+        if not info.state.messages:
+            return (0, 0)
+        return (int(info.state.first_seq), int(info.state.last_seq))
+
+    async def get_from(self, slot: int) -> BoardFrame | None:
+        from nats.js.errors import NotFoundError
+
+        try:
+            msg = await self.js.get_msg(self.stream, seq=max(1, slot), subject=f"{self.prefix}.*", next=True,
+                                        direct=True)
+        except NotFoundError:
+            return None
+        return BoardFrame(subject=str(msg.subject), slot=int(msg.seq), data=bytes(msg.data or b""))
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.close()
+            self.nc = None

