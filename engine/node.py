@@ -278,14 +278,14 @@ class Node:
     def _model_id(self) -> str:
         return "seed" if self._model == "seed" else Path(self._model).name
 
-    def _publish_groups(self, groups: list[RolloutGroup]) -> None:
+    def _publish_groups(self, groups: list[RolloutGroup], fetch: int = 0) -> None:
         if self._swarm is None or self._loop is None or not groups:
             return
         # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
         me = self._identity.peer_id
         groups = [dataclasses.replace(g, provenance=dataclasses.replace(g.provenance, origin_peer=me))
                   for g in groups]
-        future = asyncio.run_coroutine_threadsafe(self._swarm.publish(groups), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._swarm.publish(groups, fetch=fetch), self._loop)
         future.add_done_callback(self._log_publish_failure)
 
     def _log_publish_failure(self, future: Any) -> None:
@@ -392,7 +392,7 @@ class Node:
             self._pool.mark_used(result.used_external)
             for group in result.used_external:
                 self.bus.publish(rollout_event(group, "used"))
-        self._publish_groups(list(result.local_groups))
+        self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
 

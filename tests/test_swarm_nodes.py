@@ -1,4 +1,6 @@
-"""Three real node processes and a real bootstrap on 127.0.0.1 share rollouts and train on them."""
+"""Three real node processes and a real bootstrap on 127.0.0.1 share rollouts and train on them: through
+the board (the bootstrap's embedded nats-server with JetStream: store one, fetch J), and through the
+old broadcast relay (`--no-nats`)."""
 
 from __future__ import annotations
 
@@ -35,11 +37,13 @@ def wait_http(url: str, timeout: float = 30.0) -> dict:
 
 
 @pytest.mark.timeout(300)
-def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data_plane", ["board", "relay"])
+def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Path, data_plane: str) -> None:
     model = build_tiny_policy(tmp_path / "model")
     port = free_port()
+    plane = ["--nats-port", "0"] if data_plane == "board" else ["--no-nats"]
     boot = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             str(port), *plane], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     nodes: list[subprocess.Popen[bytes]] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/status")
@@ -56,7 +60,11 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
             _, err = proc.communicate(timeout=240)
             assert proc.returncode == 0, err.decode()[-3000:]
         status = wait_http(f"http://127.0.0.1:{port}/status")
-        assert status["frames"]["relayed"] > 0 and not status["refusals"]
+        assert not status["refusals"]
+        if data_plane == "board":  # rollouts never went through the bootstrap: only through the board
+            assert status["board"]["urls"] and status["frames"]["rollouts"] == 0
+        else:
+            assert status["frames"]["relayed"] > 0
     finally:
         for proc in nodes + [boot]:
             if proc.poll() is None:

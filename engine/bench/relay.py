@@ -141,7 +141,7 @@ def _start_bootstrap(port: int) -> subprocess.Popen[bytes]:
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1",
-                             "--port", str(port), "--max-per-ip", "0"], cwd=REPO_ROOT, env=env,
+                             "--port", str(port), "--max-per-ip", "0", "--no-nats"], cwd=REPO_ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -21,6 +21,12 @@ def register(sub: Any) -> None:
                    help="connections from one IP address at most (default 32; 0 = no cap, e.g. behind a proxy)")
     p.add_argument("--peer-rate", type=float, default=None,
                    help="frames per second one peer may send (token bucket refill)")
+    p.add_argument("--nats", action="append", default=[], metavar="URL",
+                   help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable); "
+                        "default: start an embedded nats-server with JetStream")
+    p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
+    p.add_argument("--no-nats", action="store_true",
+                   help="no board: relay rollouts to every peer as before (LAN parties; O(N^2) traffic)")
     p.add_argument("--data-dir", type=Path, default=None,
                    help="keep this server's identity key here (default: a new identity each start)")
     p.set_defaults(func=run)
@@ -47,6 +53,17 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
+    nats = None
+    try:
+        if args.nats:
+            config = dataclasses.replace(config, board_urls=tuple(args.nats))
+        elif not args.no_nats:
+            nats = _start_nats(args.host, args.nats_port)
+            config = dataclasses.replace(config, board_urls=(_advertised(args.host, nats.ports["client"]),))
+            print(f"[info] board: embedded nats-server {nats.url} (JetStream)", file=sys.stderr, flush=True)
+    except (ValueError, SwarmError) as exc:
+        print(f"sapo bootstrap: {exc}", file=sys.stderr)
+        return 2
     server = BootstrapServer(config, identity)
 
     async def main() -> None:
@@ -57,7 +74,12 @@ def run(args: argparse.Namespace) -> int:
         if task is not None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
-        await server.serve_forever()
+        watchdog = asyncio.ensure_future(_supervise_nats(nats)) if nats is not None else None
+        try:
+            await server.serve_forever()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
 
     try:
         asyncio.run(main())
@@ -66,4 +88,34 @@ def run(args: argparse.Namespace) -> int:
     except SwarmError as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if nats is not None:
+            nats.close()
     return 0
+
+
+def _start_nats(host: str, port: int) -> Any:
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig
+
+    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=None, monitor_port=0)).start()
+
+
+def _advertised(host: str, port: int) -> str:
+    """What nodes are told: 0.0.0.0 means "the host you reached this bootstrap at"."""
+    return f"nats://{host if host not in ('', '::') else '0.0.0.0'}:{port}"
+
+
+async def _supervise_nats(nats: Any, every_s: float = 2.0) -> None:
+    """Restart the embedded nats-server on the same ports if it dies (nodes reconnect by themselves)."""
+    import asyncio
+    import sys
+
+    while True:
+        await asyncio.sleep(every_s)
+        if nats.proc is None or nats.proc.poll() is not None:
+            print(f"[warning] board: nats-server exited ({nats.log_tail(300)!r}); restarting it", file=sys.stderr,
+                  flush=True)
+            try:
+                nats.start()  # on the loop's (main) thread: the server's death signal follows this thread
+            except Exception as exc:  # noqa: BLE001 -- keep trying: the rendezvous itself stays up
+                print(f"[error] board: nats-server did not restart: {exc}", file=sys.stderr, flush=True)

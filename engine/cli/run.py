@@ -20,6 +20,9 @@ def register(sub: Any) -> None:
     p.add_argument("--bootstrap", action="append", default=[], metavar="URL",
                    help="ws:// rendezvous + relay server (repeatable)")
     p.add_argument("--peer", action="append", default=[], metavar="URL", help="ws:// peer to dial directly")
+    p.add_argument("--nats", action="append", default=[], metavar="URL",
+                   help="the swarm's board on a NATS cluster (nats://host:port; repeatable). Default: the "
+                        "one the bootstrap names")
     p.add_argument("--no-mdns", action="store_true", help="don't announce or browse the LAN")
     p.add_argument("--listen", default=None, metavar="HOST:PORT", help="peer listener (default 0.0.0.0:0)")
     p.add_argument("--data-dir", type=Path, default=None, help="identity, settings, store, checkpoints")
@@ -97,7 +100,7 @@ def build_config(args: argparse.Namespace) -> Any:
     data_dir = (args.data_dir or default_data_dir()).expanduser()
     model = args.model or ContributorSettings.load(data_dir).model or "seed"
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
-                        peer_urls=tuple(args.peer), mdns=not args.no_mdns)
+                        peer_urls=tuple(args.peer), board_urls=tuple(args.nats), mdns=not args.no_mdns)
     return NodeConfig(data_dir=data_dir, model=model,
                       mix=args.mix, sapo=sapo, real_sapo=real,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,

@@ -141,11 +141,12 @@ class BootstrapServer:
                        "relayed": self.frames_relayed,
                        "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
             "refusals": self.protocol.refusals.snapshot(),
+            "board": {"urls": list(self.config.board_urls)},
         }
 
     # --- links --------------------------------------------------------------------------------------
     def _new_link(self, ws: Any, initiator: bool, address: str) -> Link:
-        hello = Hello(self.identity.instance, "bootstrap", "", "", None)
+        hello = Hello(self.identity.instance, "bootstrap", "", "", None, board=self.config.board_urls)
         conn = p.PeerConnection(self.protocol, hello, self._started_at)
         return Link(ws, conn, send_queue=self.config.link.send_queue, initiator=initiator, address=address,
                     found_by="bootstrap" if initiator else "inbound")

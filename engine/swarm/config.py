@@ -116,6 +116,13 @@ class LinkConfig:
             raise ValueError("LinkConfig.reconnect_max_s must be >= reconnect_initial_s")
 
 
+def _board_urls(owner: str, urls: object) -> None:
+    if not isinstance(urls, tuple) or len(urls) > 8 or not all(
+            isinstance(u, str) and u.startswith(("nats://", "tls://")) and len(u) <= 256
+            and not any(ch.isspace() or ch == "," for ch in u) for u in urls):
+        raise ValueError(f"{owner}.board_urls must be a tuple of at most 8 nats:// or tls:// URLs")
+
+
 @dataclass(frozen=True)
 class SwarmConfig:
     """How one node joins the swarm: its listener, mDNS, bootstrap servers and caps."""
@@ -126,6 +133,9 @@ class SwarmConfig:
     advertise_host: str | None = None  # host peers should dial; None = the mDNS interface address
     bootstrap_urls: tuple[str, ...] = ()  # ws:// rendezvous + relay servers to dial out to
     peer_urls: tuple[str, ...] = ()  # ws:// peers to dial directly (manual, no mDNS)
+    # The board (store one, fetch J) on a NATS cluster: nats:// or tls:// URLs. Empty: the one a
+    # bootstrap names in its hello, if any. With a board, rollouts go there, not to relays.
+    board_urls: tuple[str, ...] = ()
     mdns: bool = True  # announce and browse _sapo._tcp.local.
     mdns_interfaces: tuple[str, ...] | None = None  # None = auto (skips docker/virtual); else names or IPs
     max_connections: int = 64  # links at most (in + out); more are refused with a clear reason
@@ -143,6 +153,7 @@ class SwarmConfig:
             raise ValueError("SwarmConfig.bootstrap_urls and peer_urls must be tuples of URLs")  # noqa: TRY004
         for url in self.bootstrap_urls + self.peer_urls:
             _ws_url("SwarmConfig", url)
+        _board_urls("SwarmConfig", self.board_urls)
         if self.mdns_interfaces is not None and (
             not isinstance(self.mdns_interfaces, tuple) or not self.mdns_interfaces
             or not all(isinstance(i, str) and i for i in self.mdns_interfaces)
@@ -159,6 +170,7 @@ class BootstrapConfig:
     host: str = "0.0.0.0"  # address to bind
     port: int = 7700  # port to bind (0 = any free)
     link_urls: tuple[str, ...] = ()  # other bootstrap servers to link to (relay both ways)
+    board_urls: tuple[str, ...] = ()  # the data plane it names to nodes (nats://; host 0.0.0.0 = ours)
     max_connections: int = 1000  # peers at most; beyond, the handshake gets HTTP 503
     # connections from one IP address at most (HTTP 429 beyond): one host cannot take every slot.
     # A household or lab behind one NAT shares an address; 0 = no per-address cap (behind a proxy)
@@ -173,6 +185,7 @@ class BootstrapConfig:
             raise ValueError("BootstrapConfig.link_urls must be a tuple of URLs")  # noqa: TRY004
         for url in self.link_urls:
             _ws_url("BootstrapConfig", url)
+        _board_urls("BootstrapConfig", self.board_urls)
         _positive("BootstrapConfig", max_connections=self.max_connections)
         if isinstance(self.max_connections_per_ip, bool) or not isinstance(self.max_connections_per_ip, int) \
                 or self.max_connections_per_ip < 0:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -102,6 +103,23 @@ def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: the server gets SIGTERM when the thread that started it dies (a bootstrap killed with -9
+    must not leave an orphan holding the port). Start it from the main thread: that thread's exit is
+    the process's. Elsewhere: None (the caller stops it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_pdeathsig() -> None:
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+
+    return set_pdeathsig
+
+
 class NatsServer:
     """One nats-server process. start() returns when it accepts clients; stop() ends it."""
 
@@ -140,7 +158,7 @@ class NatsServer:
         conf.write_text(_render(cfg, self.ports, store))
         log = open(work / "nats.log", "wb")  # noqa: SIM115 -- the server writes it for its lifetime
         self.proc = subprocess.Popen([str(binary), "-c", str(conf)], stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, preexec_fn=_die_with_parent())  # noqa: PLW1509
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -23,6 +23,7 @@ from websockets.http11 import Request, Response
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
 from engine.sapo.records import LOCAL_PEER, RolloutGroup
 from engine.swarm import protocol as p
+from engine.swarm.board_client import BoardClient, nats_board_factory, resolve_board_urls
 from engine.swarm.config import SwarmConfig
 from engine.swarm.errors import DuplicateIdentityError, TransportError
 from engine.swarm.identity import Identity, name_for
@@ -48,7 +49,8 @@ class SwarmService:
 
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
-                 question_text: Callable[[RolloutGroup], str] = _describe) -> None:
+                 question_text: Callable[[RolloutGroup], str] = _describe,
+                 make_board: Callable[[Sequence[str]], Any] | None = None) -> None:
         self.identity = identity
         self.config = config
         self.pool = pool
@@ -71,6 +73,8 @@ class SwarmService:
         self._stopping = False
         self.duplicate_identity: DuplicateIdentityError | None = None  # set when a copy was detected
         self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
+        self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
+            config.pool.max_age_s, config.limits.max_frame_bytes))
 
     # --- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -85,6 +89,8 @@ class SwarmService:
             self._listen_url = f"ws://{host}:{port}"
             if cfg.mdns:
                 await self._start_mdns(port, interfaces)
+        if cfg.board_urls:
+            self._start_board(cfg.board_urls)
         for url in cfg.bootstrap_urls:
             self._tasks.spawn(f"dial {url}", self._dial_loop(url, "bootstrap"))
         for url in cfg.peer_urls:
@@ -98,6 +104,7 @@ class SwarmService:
             self._mdns = None
         await asyncio.gather(*(link.close(p.BYE_LEAVING) for link in list(self._links)))
         await self._tasks.cancel_all()
+        await self.board.close()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -110,11 +117,13 @@ class SwarmService:
         return self._listen_url
 
     # --- API for the node ---------------------------------------------------------------------------
-    async def publish(self, groups: Sequence[RolloutGroup]) -> int:
-        """Sign and send groups to every open link (peers and bootstraps). Returns the link count.
+    async def publish(self, groups: Sequence[RolloutGroup], fetch: int = 0) -> int:
+        """Sign groups and share them -> the number of links they went to (the board counts as one).
 
-        Groups must be this node's own: origin LOCAL_PEER (filled in with our peer id) or our id.
-        Receivers refuse any group whose origin is not the frame's signer.
+        With a board: the frame is stored there under our key and goes to direct (LAN) links only, and
+        then `fetch` frames of others are fetched from the board into the pool. Without one: every open
+        link, bootstraps (relays) included. Groups must be this node's own: origin LOCAL_PEER (filled
+        in with our peer id) or our id; receivers refuse any group whose origin is not the signer.
         """
         if not groups:
             return 0
@@ -125,13 +134,20 @@ class SwarmService:
         groups = [g if g.provenance.origin_peer == own else
                   replace(g, provenance=replace(g.provenance, origin_peer=own)) for g in groups]
         frames = self.protocol.encode_rollouts(groups)
-        links = [link for link in self._links if link.is_open]
+        on_board = self.board.connected
+        if on_board:  # the latest frame per node: one frame holds a round's groups at default limits
+            on_board = await self.board.put(frames[0])
+        relays = set(self._relays.values())
+        links = [link for link in self._links if link.is_open and not (on_board and link in relays)]
         for frame in frames:
             for link in links:
                 link.send(frame)
         self.counters["frames_published"] += len(frames)
         self.counters["groups_published"] += len(groups)
-        return len(links)
+        if fetch and self.board.connected:
+            for result in await self.board.fetch(fetch):
+                await self._received(result.groups)
+        return len(links) + int(on_board)
 
     def peers(self, include_disconnected: bool = False) -> list[PeerInfo]:
         """Peers reachable now (directly or through a bootstrap); all known ones if asked."""
@@ -146,9 +162,14 @@ class SwarmService:
         return {**dict(self.counters), "links": len(links), "direct_peers": len(self._peer_links),
                 "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
                 "refusals": self.protocol.refusals.snapshot(), "known_peers": len(self.table),
-                "dropped_out": sum(link.dropped_out for link in links)}
+                "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats()}
 
     # --- links ----------------------------------------------------------------------------------------
+    def _start_board(self, urls: Sequence[str]) -> None:
+        self.board.urls = tuple(urls)  # claimed now: a second bootstrap's hello must not start another
+        backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
+        self._tasks.spawn("board", self.board.connect_loop(urls, backoff))
+
     def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
         hello = Hello(self.identity.instance, "node", self.model, self.tasks, self._listen_url or None)
         conn = p.PeerConnection(self.protocol, hello, self._started_at)
@@ -225,6 +246,8 @@ class SwarmService:
             if old is not None and old is not link:
                 await old.close("replaced")
             self._log("info", f"swarm: joined bootstrap {link.address} ({name_for(event.peer_id)})")
+            if hello.board and not self.config.board_urls and not self.board.urls:
+                self._start_board(resolve_board_urls(hello.board, link.address))
             return
         old = self._peer_links.get(event.peer_id)
         if old is not None and old is not link:

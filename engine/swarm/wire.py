@@ -200,10 +200,15 @@ class Hello:
     model: str  # base model id of the sender's policy ("" for a bootstrap)
     tasks: str  # task-library version (questions regenerate identically only on equal versions)
     listen: str | None  # ws:// URL where the sender accepts links, if any
+    # A bootstrap's data plane: the board's servers (nats:// or tls://; host 0.0.0.0 = the bootstrap's)
+    board: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        return {"instance": self.instance, "role": self.role, "model": self.model, "tasks": self.tasks,
-                "listen": self.listen}
+        wire: dict[str, Any] = {"instance": self.instance, "role": self.role, "model": self.model,
+                                "tasks": self.tasks, "listen": self.listen}
+        if self.board:  # absent otherwise, so frames of nodes without a board stay as they were
+            wire["board"] = list(self.board)
+        return wire
 
     @classmethod
     def from_wire(cls, body: dict[str, Any], limits: ProtocolLimits) -> Hello:
@@ -216,7 +221,21 @@ class Hello:
         return cls(instance=instance, role=str(role),
                    model=need_text(body.get("model", ""), "hello.model", limits.max_text_bytes),
                    tasks=need_text(body.get("tasks", ""), "hello.tasks", limits.max_text_bytes),
-                   listen=optional_url(body.get("listen"), "hello.listen", limits))
+                   listen=optional_url(body.get("listen"), "hello.listen", limits),
+                   board=board_urls(body.get("board", []), "hello.board", limits))
+
+
+MAX_BOARD_URLS = 8
+BOARD_SCHEMES = ("nats://", "tls://")
+
+
+def board_urls(value: Any, what: str, limits: ProtocolLimits) -> tuple[str, ...]:
+    items = need_list(value, what, MAX_BOARD_URLS)
+    urls = tuple(need_text(item, what, limits.max_text_bytes) for item in items)
+    for url in urls:
+        if not url.startswith(BOARD_SCHEMES) or any(ch.isspace() or ch == "," for ch in url):
+            raise ProtocolError("bad_schema", f"{what} must hold nats:// or tls:// URLs")
+    return urls
 
 
 @dataclass(frozen=True)

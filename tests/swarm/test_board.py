@@ -139,3 +139,46 @@ def test_the_embedded_server_is_the_pinned_binary(tmp_path, monkeypatch) -> None
     monkeypatch.setattr(nats_server.shutil, "which", lambda _name: str(fake))
     with pytest.raises(nats_server.NatsServerError, match="not the pinned"):
         nats_server.server_binary()
+
+
+@pytest.mark.timeout(60)
+def test_a_bootstrap_killed_with_9_takes_its_nats_server_along(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    boot = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
+                             "--nats-port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as resp:
+                    status = json.loads(resp.read())
+                break
+            except OSError:
+                assert time.monotonic() < deadline and boot.poll() is None
+                time.sleep(0.2)
+        nats_port = urlsplit(status["board"]["urls"][0]).port
+        socket.create_connection(("127.0.0.1", nats_port), timeout=2).close()  # the board is up
+        boot.send_signal(signal.SIGKILL)
+        boot.wait(10)
+        deadline = time.monotonic() + 10
+        while True:  # no orphan keeps the port: a restarted bootstrap can take it again
+            try:
+                socket.create_connection(("127.0.0.1", nats_port), timeout=1).close()
+            except OSError:
+                break
+            assert time.monotonic() < deadline, "the nats-server outlived its bootstrap"
+            time.sleep(0.2)
+    finally:
+        if boot.poll() is None:
+            boot.kill()

@@ -28,7 +28,8 @@ def spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def start_bootstrap(port: int) -> subprocess.Popen[str]:
-    proc = spawn("-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port))
+    # The relay path: the in-test node only listens, and a board is pulled (fetch J per own round).
+    proc = spawn("-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port), "--no-nats")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

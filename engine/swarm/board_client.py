@@ -1,0 +1,110 @@
+"""A node's side of the board (asyncio glue around board.py's sans-I/O reader).
+
+Connects to the board's servers (retrying with backoff while they are unreachable), puts the node's
+latest signed rollouts frame under its own key, and fetches J frames of others per round; the reader
+checks every fetched frame before its groups go to the pool like those from a direct link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from engine.swarm import protocol as p
+from engine.swarm.board import Board, BoardReader, FetchResult, fetch
+from engine.swarm.loops import Backoff
+
+ANY_HOST = ("0.0.0.0", "::", "[::]", "")
+
+
+def resolve_board_urls(urls: Sequence[str], bootstrap_url: str) -> tuple[str, ...]:
+    """A bootstrap names its data plane with host 0.0.0.0 when it means "my own host": use the host
+    this node reached the bootstrap at."""
+    host = urlsplit(bootstrap_url).hostname or "127.0.0.1"
+    out = []
+    for url in urls:
+        parts = urlsplit(url)
+        if (parts.hostname or "") in ANY_HOST:
+            netloc = f"{host}:{parts.port}" if parts.port else host
+            url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        out.append(url)
+    return tuple(out)
+
+
+def nats_board_factory(max_age_s: float, max_frame_bytes: int) -> Callable[[Sequence[str]], Any]:
+    async def make(urls: Sequence[str]) -> Board:
+        from engine.swarm.nats_board import NatsBoard
+
+        return await NatsBoard(urls, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes).connect()
+    return make
+
+
+class BoardClient:
+    def __init__(self, protocol: p.SwarmProtocol, log: Callable[[str, str], None],
+                 make_board: Callable[[Sequence[str]], Any]) -> None:
+        self.protocol = protocol
+        self.reader = BoardReader(protocol)
+        self._log = log
+        self._make = make_board
+        self.board: Board | None = None
+        self.urls: tuple[str, ...] = ()
+        self.counters = {"puts": 0, "put_errors": 0, "fetch_rounds": 0, "fetch_errors": 0, "frames_used": 0}
+        self.fetch_ms: list[float] = []  # recent fetch-round latencies (bounded)
+
+    @property
+    def connected(self) -> bool:
+        return self.board is not None
+
+    async def connect_loop(self, urls: Sequence[str], backoff: Backoff) -> None:
+        """Until connected (a task: cancelled when the node leaves)."""
+        self.urls = tuple(urls)
+        while self.board is None:
+            try:
+                self.board = await self._make(self.urls)
+            except Exception as exc:  # noqa: BLE001 -- unreachable, refused, or a stream we may not create
+                self._log("warning", f"swarm: the board at {', '.join(self.urls)} is unreachable ({exc}); retrying")
+                await asyncio.sleep(backoff.next())
+                continue
+            self._log("info", f"swarm: sharing rollouts through the board at {', '.join(self.urls)}")
+
+    async def put(self, frame: bytes) -> bool:
+        board = self.board
+        if board is None:
+            return False
+        try:
+            await board.put(self.protocol.identity.peer_id, frame)
+        except Exception as exc:  # noqa: BLE001 -- a failed put costs one round's sharing, never the node
+            self.counters["put_errors"] += 1
+            self._log("warning", f"swarm: could not store this round's rollouts on the board: {exc}")
+            return False
+        self.counters["puts"] += 1
+        return True
+
+    async def fetch(self, j: int) -> list[FetchResult]:
+        board = self.board
+        if board is None or j <= 0:
+            return []
+        started = time.perf_counter()
+        try:
+            results = await fetch(board, self.reader, j)
+        except Exception as exc:  # noqa: BLE001 -- the next round fetches again
+            self.counters["fetch_errors"] += 1
+            self._log("warning", f"swarm: fetching peers' rollouts from the board failed: {exc}")
+            return []
+        self.fetch_ms = [*self.fetch_ms[-99:], (time.perf_counter() - started) * 1000]
+        self.counters["fetch_rounds"] += 1
+        self.counters["frames_used"] += len(results)
+        return results
+
+    def stats(self) -> dict[str, Any]:
+        return {"connected": self.connected, "urls": list(self.urls), **self.counters,
+                "reader": dict(self.reader.counters),
+                "fetch_ms_p50": sorted(self.fetch_ms)[len(self.fetch_ms) // 2] if self.fetch_ms else None}
+
+    async def close(self) -> None:
+        board, self.board = self.board, None
+        if board is not None:
+            await board.close()
