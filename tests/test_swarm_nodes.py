@@ -63,6 +63,7 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
         assert not status["refusals"]
         if data_plane == "board":  # rollouts never went through the bootstrap: only through the board
             assert status["board"]["urls"] and status["frames"]["rollouts"] == 0
+            assert status["board"]["credentials_issued"] >= 3  # each node wrote with its own credential
         else:
             assert status["frames"]["relayed"] > 0
     finally:

@@ -25,6 +25,8 @@ def register(sub: Any) -> None:
                    help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable); "
                         "default: start an embedded nats-server with JetStream")
     p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
+    p.add_argument("--credential-ttl", type=float, default=3600.0,
+                   help="lifetime of a node's board credential in seconds (renewed at a third of it)")
     p.add_argument("--no-nats", action="store_true",
                    help="no board: relay rollouts to every peer as before (LAN parties; O(N^2) traffic)")
     p.add_argument("--data-dir", type=Path, default=None,
@@ -53,18 +55,28 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
-    nats = None
+    nats = authority = None
     try:
         if args.nats:
             config = dataclasses.replace(config, board_urls=tuple(args.nats))
         elif not args.no_nats:
-            nats = _start_nats(args.host, args.nats_port)
+            from engine.swarm.nats_auth import Authority
+
+            authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
+            nats = _start_nats(args.host, args.nats_port, authority.server_config())
             config = dataclasses.replace(config, board_urls=(_advertised(args.host, nats.ports["client"]),))
-            print(f"[info] board: embedded nats-server {nats.url} (JetStream)", file=sys.stderr, flush=True)
+            print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its "
+                  "own key)", file=sys.stderr, flush=True)
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
-    server = BootstrapServer(config, identity)
+    issue = None
+    if authority is not None:
+        from engine.swarm.nats_board import STREAM
+
+        def issue(peer_id: str) -> Any:
+            return authority.issue(peer_id, STREAM, args.credential_ttl)
+    server = BootstrapServer(config, identity, issue_credential=issue, credential_ttl_s=args.credential_ttl)
 
     async def main() -> None:
         import signal
@@ -74,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         if task is not None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
+        if nats is not None and authority is not None:
+            await _create_board(nats.url, authority, config.limits.max_frame_bytes)
         watchdog = asyncio.ensure_future(_supervise_nats(nats)) if nats is not None else None
         try:
             await server.serve_forever()
@@ -94,10 +108,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_nats(host: str, port: int) -> Any:
+def _start_nats(host: str, port: int, auth_config: str) -> Any:
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
-    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=None, monitor_port=0)).start()
+    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=None, monitor_port=0,
+                                       auth_config=auth_config)).start()
+
+
+async def _create_board(url: str, authority: Any, max_frame_bytes: int) -> None:
+    """Make (or update) the board's stream as the bootstrap's own user: nodes may not."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from engine.swarm.config import PoolConfig
+    from engine.swarm.nats_auth import connect_options
+    from engine.swarm.nats_board import NatsBoard
+
+    key = Ed25519PrivateKey.generate()
+    cred = authority.admin(key)
+    board = NatsBoard([url], max_age_s=PoolConfig().max_age_s, max_frame_bytes=max_frame_bytes, create=True,
+                      connect_options=connect_options(key.sign, lambda: cred))
+    await board.connect()
+    await board.close()
 
 
 def _advertised(host: str, port: int) -> str:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 from engine.swarm import protocol as p
 from engine.swarm.board import Board, BoardReader, FetchResult, fetch
 from engine.swarm.loops import Backoff
+from engine.swarm.nats_auth import Credential, connect_options, decode_jwt, user_nkey_of
 
 ANY_HOST = ("0.0.0.0", "::", "[::]", "")
 
@@ -34,17 +35,18 @@ def resolve_board_urls(urls: Sequence[str], bootstrap_url: str) -> tuple[str, ..
     return tuple(out)
 
 
-def nats_board_factory(max_age_s: float, max_frame_bytes: int) -> Callable[[Sequence[str]], Any]:
-    async def make(urls: Sequence[str]) -> Board:
+def nats_board_factory(max_age_s: float, max_frame_bytes: int) -> Callable[..., Any]:
+    async def make(urls: Sequence[str], connect_options: dict[str, Any], create: bool) -> Board:
         from engine.swarm.nats_board import NatsBoard
 
-        return await NatsBoard(urls, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes).connect()
+        return await NatsBoard(urls, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes, create=create,
+                               connect_options=connect_options).connect()
     return make
 
 
 class BoardClient:
     def __init__(self, protocol: p.SwarmProtocol, log: Callable[[str, str], None],
-                 make_board: Callable[[Sequence[str]], Any]) -> None:
+                 make_board: Callable[..., Any]) -> None:
         self.protocol = protocol
         self.reader = BoardReader(protocol)
         self._log = log
@@ -53,7 +55,23 @@ class BoardClient:
         self.urls: tuple[str, ...] = ()
         self.counters = {"puts": 0, "put_errors": 0, "fetch_rounds": 0, "fetch_errors": 0, "frames_used": 0}
         self.fetch_ms: list[float] = []  # recent fetch-round latencies (bounded)
+        self.credential: Credential | None = None  # the bootstrap's latest; None = an open board
+        self.got_credential = asyncio.Event()
 
+    def set_credential(self, jwt: str, expires_at: float) -> bool:
+        """Keep a credential from our bootstrap if it is for our key and still valid; the board's
+        servers check the rest. Reconnects use the newest one (renewal needs no reconnect)."""
+        try:
+            claims = decode_jwt(jwt)
+        except ValueError as exc:
+            self._log("warning", f"swarm: the bootstrap sent an unusable board credential ({exc})")
+            return False
+        if claims.get("sub") != user_nkey_of(self.protocol.identity.peer_id) or expires_at <= time.time():
+            self._log("warning", "swarm: the bootstrap sent a board credential for another key, or expired")
+            return False
+        self.credential = Credential(jwt, expires_at)
+        self.got_credential.set()
+        return True
     @property
     def connected(self) -> bool:
         return self.board is not None
@@ -62,8 +80,10 @@ class BoardClient:
         """Until connected (a task: cancelled when the node leaves)."""
         self.urls = tuple(urls)
         while self.board is None:
-            try:
-                self.board = await self._make(self.urls)
+            options = (connect_options(self.protocol.identity.sign, lambda: self.credential)
+                       if self.credential is not None else {})
+            try:  # with a credential the bootstrap made the stream; an open board is made by whoever comes
+                self.board = await self._make(self.urls, options, self.credential is None)
             except Exception as exc:  # noqa: BLE001 -- unreachable, refused, or a stream we may not create
                 self._log("warning", f"swarm: the board at {', '.join(self.urls)} is unreachable ({exc}); retrying")
                 await asyncio.sleep(backoff.next())
@@ -78,7 +98,7 @@ class BoardClient:
             await board.put(self.protocol.identity.peer_id, frame)
         except Exception as exc:  # noqa: BLE001 -- a failed put costs one round's sharing, never the node
             self.counters["put_errors"] += 1
-            self._log("warning", f"swarm: could not store this round's rollouts on the board: {exc}")
+            self._log("warning", f"swarm: could not store this round's rollouts on the board: {self._why(exc)}")
             return False
         self.counters["puts"] += 1
         return True
@@ -92,15 +112,24 @@ class BoardClient:
             results = await fetch(board, self.reader, j)
         except Exception as exc:  # noqa: BLE001 -- the next round fetches again
             self.counters["fetch_errors"] += 1
-            self._log("warning", f"swarm: fetching peers' rollouts from the board failed: {exc}")
+            self._log("warning", f"swarm: fetching peers' rollouts from the board failed: {self._why(exc)}")
             return []
         self.fetch_ms = [*self.fetch_ms[-99:], (time.perf_counter() - started) * 1000]
         self.counters["fetch_rounds"] += 1
         self.counters["frames_used"] += len(results)
         return results
 
+    def _why(self, exc: BaseException) -> str:
+        cred = self.credential
+        if cred is not None and cred.expires_at < time.time():
+            return (f"the board credential expired at {time.strftime('%H:%M', time.localtime(cred.expires_at))} "
+                    "and the bootstrap has not renewed it (unreachable?): sharing resumes when it is back")
+        return str(exc) or type(exc).__name__
+
     def stats(self) -> dict[str, Any]:
+        cred = self.credential
         return {"connected": self.connected, "urls": list(self.urls), **self.counters,
+                "credential_expires_at": cred.expires_at if cred is not None else None,
                 "reader": dict(self.reader.counters),
                 "fetch_ms_p50": sorted(self.fetch_ms)[len(self.fetch_ms) // 2] if self.fetch_ms else None}
 

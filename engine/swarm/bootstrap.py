@@ -48,7 +48,8 @@ def _stderr_log(level: str, message: str) -> None:
 class BootstrapServer:
     """See the module docstring. Runs on one asyncio loop."""
 
-    def __init__(self, config: BootstrapConfig, identity: Identity | None = None, log: Log = _stderr_log) -> None:
+    def __init__(self, config: BootstrapConfig, identity: Identity | None = None, log: Log = _stderr_log, *,
+                 issue_credential: Callable[[str], Any] | None = None, credential_ttl_s: float = 3600.0) -> None:
         self.config = config
         self.identity = identity or Identity.generate()
         self.protocol = p.SwarmProtocol(self.identity, config.limits)
@@ -66,6 +67,10 @@ class BootstrapServer:
         self.frames_relayed = 0  # deliveries (one frame to one link)
         self.refused_per_ip = 0  # handshakes refused by the per-address cap
         self._stopping = False
+        # peer id -> a board credential (.jwt, .expires_at): nodes write only their own board key
+        self._issue = issue_credential
+        self.credential_ttl_s = credential_ttl_s
+        self.credentials_issued = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,6 +78,8 @@ class BootstrapServer:
         self._server = await listen(self._accept, cfg.host, cfg.port, cfg.limits, cfg.link,
                                     process_request=self._http)
         self._tasks.spawn("peers broadcaster", self._broadcast_peers())
+        if self._issue is not None:
+            self._tasks.spawn("credential renewal", self._renew_credentials())
         for url in cfg.link_urls:
             self._tasks.spawn(f"link {url}", self._link_loop(url))
         self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: "
@@ -141,7 +148,8 @@ class BootstrapServer:
                        "relayed": self.frames_relayed,
                        "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
             "refusals": self.protocol.refusals.snapshot(),
-            "board": {"urls": list(self.config.board_urls)},
+            "board": {"urls": list(self.config.board_urls), "credentials": self._issue is not None,
+                      "credentials_issued": self.credentials_issued, "credential_ttl_s": self.credential_ttl_s},
         }
 
     # --- links --------------------------------------------------------------------------------------
@@ -237,6 +245,22 @@ class BootstrapServer:
             await old.close("replaced by a newer connection")
         self._nodes[event.peer_id] = link
         self._peers_dirty.set()
+        self._send_credential(event.peer_id, link)
+
+    def _send_credential(self, peer_id: str, link: Link) -> None:
+        if self._issue is None:
+            return
+        cred = self._issue(peer_id)  # the link's signed hello proved the key: it gets its own key's rights
+        link.send(link.conn.creds_frame(cred.jwt, cred.expires_at))
+        self.credentials_issued += 1
+
+    async def _renew_credentials(self) -> None:
+        """Fresh credentials to every node at a third of their lifetime: one missed renewal is harmless."""
+        while True:
+            await asyncio.sleep(self.credential_ttl_s / 3)
+            for peer_id, link in list(self._nodes.items()):
+                if link.is_open:
+                    self._send_credential(peer_id, link)
 
     # --- peer lists -----------------------------------------------------------------------------------
     def _peers_frame(self, local_only: bool) -> bytes:

@@ -18,6 +18,10 @@ from engine.swarm.errors import ConnectError
 STREAM = "SAPO_ROLLOUTS"
 
 
+async def _quiet(exc: Exception) -> None:
+    """nats-py's default error callback logs a traceback per failed attempt; callers report once."""
+
+
 class NatsBoard:
     def __init__(self, servers: Sequence[str], *, stream: str = STREAM, prefix: str = SUBJECT_PREFIX,
                  max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1,
@@ -36,12 +40,19 @@ class NatsBoard:
         import nats
         from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
-        try:
-            self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=True,
-                                         max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                         **self.connect_options)
+        try:  # the first connect fails fast (a refused credential must be reported, not retried forever)
+            self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=False,
+                                         reconnect_time_wait=0.5, error_cb=_quiet, **self.connect_options)
         except Exception as exc:  # nats-py raises several unrelated types here
-            raise ConnectError(f"cannot reach the swarm's data plane at {', '.join(self.servers)}: {exc}") from exc
+            why = str(exc) or type(exc).__name__
+            hint = ("the board refused this node's credential (expired, or from another swarm): the bootstrap "
+                    "renews it while this node is linked to it" if "Authorization" in why else
+                    "is the swarm's NATS server up and reachable from here?")
+            raise ConnectError(", ".join(self.servers), why, hint) from exc
+        # ... and once in, it rides out server restarts and fails over across the cluster for good
+        # (nats-py reads these options at each reconnect).
+        self.nc.options["allow_reconnect"] = True
+        self.nc.options["max_reconnect_attempts"] = -1
         self.js = self.nc.jetstream(timeout=timeout_s)
         if self.create:
             config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,

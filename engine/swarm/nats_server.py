@@ -75,6 +75,7 @@ class NatsServerConfig:
     routes: tuple[str, ...] = ()  # nats-route://host:port of other servers in this cluster
     cluster_port: int | None = None  # route listener (with routes: a cluster); None = standalone
     server_name: str = ""
+    auth_config: str = ""  # operator-mode lines (nats_auth.Authority.server_config); "" = no auth
 
     def __post_init__(self) -> None:
         for name in ("port", "websocket_port", "monitor_port", "cluster_port"):
@@ -91,6 +92,8 @@ def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
              f"max_connections: {cfg.max_connections}",
              "jetstream {", f'  store_dir: "{store.as_posix()}"', f"  max_memory_store: {cfg.max_memory_store_bytes}",
              "  max_file_store: 0", "}"]
+    if cfg.auth_config:
+        lines.append(cfg.auth_config.rstrip("\n"))
     if "monitor" in ports:
         lines.append(f'http: "{cfg.host}:{ports["monitor"]}"')
     if "websocket" in ports:

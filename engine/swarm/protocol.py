@@ -28,6 +28,7 @@ from engine.swarm.wire import (
     PeerEntry,
     bye_reason,
     canonical,
+    credential_from_wire,
     group_from_wire,
     group_to_wire,
     need_dict,
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-FRAME_TYPES = ("hello", "peers", "rollouts", "bye")
+FRAME_TYPES = ("hello", "peers", "rollouts", "bye", "creds")  # creds: a bootstrap's board credential
 MAX_SEQ = 2**63 - 1
 BYE_DUPLICATE_IDENTITY = "duplicate_identity"  # bye reason a bootstrap/peer sends to a copied identity
 BYE_LEAVING = "leaving"  # bye reason of a node that stops (the app's Leave, a shutdown)
@@ -218,6 +219,14 @@ class ByeReceived:
 
 
 @dataclass(frozen=True)
+class CredentialReceived:
+    """A bootstrap's short-lived credential for the board (a NATS user JWT) and when it expires."""
+
+    jwt: str
+    expires_at: float
+
+
+@dataclass(frozen=True)
 class FrameRefused:
     reason: str  # one of errors.REASONS
     detail: str
@@ -237,7 +246,7 @@ class DuplicateIdentity:
 
 
 ProtocolEvent = (HelloReceived | PeersReceived | RolloutsReceived | ByeReceived | FrameRefused
-                 | SelfConnection | DuplicateIdentity)
+                 | SelfConnection | DuplicateIdentity | CredentialReceived)
 
 
 class PeerConnection:
@@ -261,6 +270,9 @@ class PeerConnection:
         body = self.hello.to_wire()
         body["started"] = self.started_at
         return self.protocol.encode("hello", body)
+
+    def creds_frame(self, jwt: str, expires_at: float) -> bytes:
+        return self.protocol.encode("creds", {"jwt": jwt, "expires": expires_at})
 
     def bye_frame(self, reason: str) -> bytes:
         self.state = "closed"
@@ -316,6 +328,10 @@ class PeerConnection:
             if env.type == "bye":
                 self.state = "closed"
                 return [ByeReceived(bye_reason(env.body, limits))]
+            if env.type == "creds":
+                if self.peer_hello is None or self.peer_hello.role != "bootstrap":
+                    raise ProtocolError("unexpected", "credentials from a peer that is not a bootstrap")
+                return [CredentialReceived(*credential_from_wire(env.body))]
             raise ProtocolError("unexpected", "second hello on an open link")
         except ProtocolError as exc:
             raise self._refuse(exc.reason, exc.detail, env.sender) from exc

@@ -10,6 +10,7 @@ once (replay guard); a copied identity is detected and the later-started copy le
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +51,7 @@ class SwarmService:
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
                  question_text: Callable[[RolloutGroup], str] = _describe,
-                 make_board: Callable[[Sequence[str]], Any] | None = None) -> None:
+                 make_board: Callable[..., Any] | None = None) -> None:
         self.identity = identity
         self.config = config
         self.pool = pool
@@ -165,10 +166,18 @@ class SwarmService:
                 "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats()}
 
     # --- links ----------------------------------------------------------------------------------------
-    def _start_board(self, urls: Sequence[str]) -> None:
+    def _start_board(self, urls: Sequence[str], wait_credential_s: float = 0.0) -> None:
+        """Connect to the board; a bootstrap's board waits a moment for the credential that follows
+        its hello (an open board, e.g. a LAN party's, is used without one)."""
         self.board.urls = tuple(urls)  # claimed now: a second bootstrap's hello must not start another
         backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
-        self._tasks.spawn("board", self.board.connect_loop(urls, backoff))
+
+        async def run() -> None:
+            if wait_credential_s:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.board.got_credential.wait(), wait_credential_s)
+            await self.board.connect_loop(urls, backoff)
+        self._tasks.spawn("board", run())
 
     def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
         hello = Hello(self.identity.instance, "node", self.model, self.tasks, self._listen_url or None)
@@ -228,6 +237,9 @@ class SwarmService:
                     # The peer itself said (signed) that it is leaving: stop dialling it now. Its mDNS goodbye
                     # can be undone on this host by a late announcement zeroconf had queued before it.
                     self._mdns_lost(link.peer_id)
+            elif isinstance(event, p.CredentialReceived):
+                if self._relays.get(link.address) is link:  # only from a bootstrap we chose to dial
+                    self.board.set_credential(event.jwt, event.expires_at)
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
                 await link.close("self connection", bye=False)
@@ -247,7 +259,7 @@ class SwarmService:
                 await old.close("replaced")
             self._log("info", f"swarm: joined bootstrap {link.address} ({name_for(event.peer_id)})")
             if hello.board and not self.config.board_urls and not self.board.urls:
-                self._start_board(resolve_board_urls(hello.board, link.address))
+                self._start_board(resolve_board_urls(hello.board, link.address), wait_credential_s=3.0)
             return
         old = self._peer_links.get(event.peer_id)
         if old is not None and old is not link:

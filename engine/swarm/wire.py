@@ -264,5 +264,18 @@ def peers_from_wire(body: dict[str, Any], limits: ProtocolLimits) -> tuple[PeerE
     return tuple(PeerEntry.from_wire(item, limits) for item in items)
 
 
+MAX_JWT_CHARS = 4096
+
+
+def credential_from_wire(body: dict[str, Any]) -> tuple[str, float]:
+    """A `creds` body -> (jwt, expires_at). The JWT is only passed on to the board's servers, which
+    verify it; here it is bounded and shaped like one."""
+    jwt = body.get("jwt")
+    if not isinstance(jwt, str) or not 0 < len(jwt) <= MAX_JWT_CHARS or jwt.count(".") != 2 \
+            or not all(ch.isalnum() or ch in "-_." for ch in jwt):
+        raise ProtocolError("bad_schema", "creds.jwt must be a JWT")
+    return jwt, need_number(body.get("expires"), "creds.expires")
+
+
 def bye_reason(body: dict[str, Any], limits: ProtocolLimits) -> str:
     return need_text(body.get("reason", ""), "bye.reason", limits.max_text_bytes)

@@ -1,0 +1,146 @@
+"""Who may write which board key: NKeys and JWTs on hand-built values, then a real nats-server in
+operator mode where a node's own ed25519 key is its NATS identity and it may write only its own key."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from swarm_helpers import make_group
+
+from engine.swarm import protocol as p
+from engine.swarm.board import BoardReader, fetch, key_subject
+from engine.swarm.config import ProtocolLimits
+from engine.swarm.errors import ProtocolError
+from engine.swarm.identity import Identity
+from engine.swarm.nats_auth import Authority, connect_options, decode_jwt, nkey, nkey_public, user_nkey_of
+from engine.swarm.wire import credential_from_wire
+
+
+def test_nkeys_round_trip_and_catch_typos() -> None:
+    raw = bytes(range(32))
+    text = nkey("U", raw)
+    assert text.startswith("U") and nkey_public(text) == ("U", raw)
+    assert nkey("O", raw).startswith("O") and nkey("A", raw).startswith("A")
+    broken = text[:10] + ("A" if text[10] != "A" else "B") + text[11:]
+    with pytest.raises(ValueError, match="NKey"):
+        nkey_public(broken)
+    ident = Identity.generate()
+    from engine.swarm.identity import b64url_decode
+
+    assert nkey_public(user_nkey_of(ident.peer_id))[1] == b64url_decode(ident.peer_id, 32)
+
+
+def test_issued_credentials_verify_and_tampering_does_not() -> None:
+    auth, ident = Authority.generate(), Identity.generate()
+    cred = auth.issue(ident.peer_id, "S", ttl_s=60, now=1000.0)
+    claims = decode_jwt(cred.jwt, auth.account_nkey)
+    assert claims["sub"] == user_nkey_of(ident.peer_id) and claims["exp"] == 1060 and cred.expires_at == 1060
+    assert claims["nats"]["pub"]["allow"][0] == key_subject(ident.peer_id)
+    import base64
+    import json
+
+    head, _body, sig = cred.jwt.split(".")
+    claims["nats"]["pub"]["allow"] = [">"]  # a node granting itself every key, keeping the signature
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    with pytest.raises(ValueError, match="verify"):
+        decode_jwt(f"{head}.{forged}.{sig}")
+    with pytest.raises(ValueError, match="another issuer"):
+        decode_jwt(cred.jwt, auth.operator_nkey)
+    assert credential_from_wire({"jwt": cred.jwt, "expires": 1060})[0] == cred.jwt
+    for bad in ({"jwt": "x", "expires": 1}, {"jwt": cred.jwt + " ", "expires": 1}, {"jwt": cred.jwt, "expires": "soon"}):
+        with pytest.raises(ProtocolError):
+            credential_from_wire(bad)
+
+
+@pytest.fixture(scope="module")
+def authority_server():  # type: ignore[no-untyped-def]
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig
+
+    auth = Authority.generate()
+    with NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None, auth_config=auth.server_config())) as srv:
+        yield auth, srv.url
+
+
+async def _board(url: str, ident: Identity, cred, create: bool = False):  # type: ignore[no-untyped-def]
+    from engine.swarm.nats_board import NatsBoard
+
+    return await NatsBoard([url], stream="AUTH", max_age_s=60, create=create,
+                           connect_options=connect_options(ident.sign, lambda: cred)).connect(timeout_s=3)
+
+
+@pytest.mark.timeout(60)
+def test_a_node_writes_only_its_own_key_and_reads_everyone(authority_server) -> None:  # type: ignore[no-untyped-def]
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    auth, url = authority_server
+    alice, bob = Identity.generate(), Identity.generate()
+
+    async def main() -> None:
+        admin_key = Ed25519PrivateKey.generate()
+        admin = await _board(url, admin_key, auth.admin(admin_key), create=True)  # type: ignore[arg-type]
+        await admin.close()
+        a = await _board(url, alice, auth.issue(alice.peer_id, "AUTH", 60))
+        b = await _board(url, bob, auth.issue(bob.peer_id, "AUTH", 60))
+        try:
+            a_proto = p.SwarmProtocol(alice, ProtocolLimits())
+            (frame,) = a_proto.encode_rollouts([make_group(alice.peer_id)])
+            await a.put(alice.peer_id, frame)
+            with pytest.raises(Exception):  # noqa: B017 -- the server: permissions violation (nats-py: timeout)
+                await a.put(bob.peer_id, frame)  # alice writing bob's key
+            with pytest.raises(Exception):  # noqa: B017 -- nor may a node create or change the stream
+                from nats.js.api import StreamConfig
+
+                await a.js.add_stream(StreamConfig(name="MINE", subjects=["x.>"]))
+            got = await fetch(b, BoardReader(p.SwarmProtocol(bob, ProtocolLimits())), 2)
+            assert [r.origin for r in got] == [alice.peer_id]  # bob reads alice's frame, verified
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_expired_or_foreign_credentials_are_refused(authority_server) -> None:  # type: ignore[no-untyped-def]
+    from engine.swarm.errors import ConnectError
+
+    auth, url = authority_server
+    alice, mallory = Identity.generate(), Identity.generate()
+    expired = auth.issue(alice.peer_id, "AUTH", ttl_s=60, now=time.time() - 3600)
+    stolen = auth.issue(alice.peer_id, "AUTH", 60)
+    other = Authority.generate().issue(alice.peer_id, "AUTH", 60)
+
+    async def refused(ident: Identity, cred) -> None:  # type: ignore[no-untyped-def]
+        with pytest.raises(ConnectError):
+            board = await _board(url, ident, cred)
+            await board.close()
+
+    async def main() -> None:
+        await refused(alice, expired)
+        await refused(mallory, stolen)  # a copied JWT is useless without alice's key to sign the nonce
+        await refused(alice, other)  # signed by an account this server does not know
+
+    asyncio.run(main())
+
+
+def test_only_a_bootstrap_may_hand_out_credentials() -> None:
+    from engine.swarm.wire import Hello
+
+    auth = Authority.generate()
+    me, stranger, boot = Identity.generate(), Identity.generate(), Identity.generate()
+    cred = auth.issue(me.peer_id, "S", 60)
+
+    def link_to(other: Identity, role: str) -> tuple[p.PeerConnection, p.PeerConnection]:
+        mine = p.PeerConnection(p.SwarmProtocol(me, ProtocolLimits()), Hello("0" * 16, "node", "m", "t", None), 0.0)
+        theirs = p.PeerConnection(p.SwarmProtocol(other, ProtocolLimits()), Hello("1" * 16, role, "", "", None), 0.0)
+        assert isinstance(mine.receive(theirs.hello_frame())[0], p.HelloReceived)
+        return mine, theirs
+
+    mine, theirs = link_to(boot, "bootstrap")
+    (event,) = mine.receive(theirs.creds_frame(cred.jwt, cred.expires_at))
+    assert isinstance(event, p.CredentialReceived) and event.jwt == cred.jwt
+    mine, theirs = link_to(stranger, "node")
+    (event,) = mine.receive(theirs.creds_frame(cred.jwt, cred.expires_at))
+    assert isinstance(event, p.FrameRefused) and event.reason == "unexpected"
