@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # isa_check, llama_portable
 SPEC = ROOT / "packaging" / "sapo.spec"
 MIN_FREE_BYTES = 6 * 1024**3  # PyInstaller's work dir + the bundle + the tarball, with margin
 MIB = 1024**2
@@ -81,6 +82,17 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     if not seed.exists():
         print("warning: resources/models/seed has no model yet; the bundle will carry none", file=sys.stderr)
     env = dict(os.environ)
+    llama_isa: dict[str, Any] | None = None
+    if not args.native_llama:
+        import isa_check
+        from llama_portable import ensure_portable_llama
+
+        lib_dir = ensure_portable_llama()
+        llama_isa = isa_check.check_dir(lib_dir)
+        if not llama_isa["ok"]:
+            raise SystemExit("the portable llama.cpp build needs more than the baseline CPU: "
+                             + "; ".join(llama_isa["problems"]))
+        env["SAPO_LLAMA_LIB_DIR"] = str(lib_dir)
     if args.no_excludes:
         env["SAPO_BUNDLE_NO_EXCLUDES"] = "1"
     cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
@@ -98,6 +110,16 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         if (bundle / "_internal" / "resources" / "models" / "seed").exists() else 0,
         "largest_parts": largest_parts(bundle),
     }
+    bundled_llama = next((p for p in (bundle / "_internal" / "llama_cpp" / "lib", bundle / "llama_cpp" / "lib")
+                          if p.is_dir()), None)
+    if bundled_llama is not None:  # what was really bundled, checked again
+        import isa_check
+
+        bundled = isa_check.check_dir(bundled_llama)
+        report["llama_cpp"] = {"portable": llama_isa is not None, "cpu_variants": bundled["cpu_variants"],
+                               "isa_ok": bundled["ok"], "problems": bundled["problems"]}
+        if llama_isa is not None and not bundled["ok"]:
+            raise SystemExit("the bundle's llama.cpp needs more than the baseline CPU: " + "; ".join(bundled["problems"]))
     excluded = work / "sapo" / "excluded.json"
     if excluded.exists():
         dropped = json.loads(excluded.read_text())
@@ -119,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-excludes", action="store_true", help="bundle everything PyInstaller finds")
     parser.add_argument("--no-tarball", action="store_true", help="only the folder")
+    parser.add_argument("--native-llama", action="store_true",
+                        help="bundle the venv's llama.cpp (compiled for this CPU only: a quick local build, not a release)")
     parser.add_argument("--dist", default="dist", help="output folder (relative to the repo)")
     parser.add_argument("--work", default="build/pyinstaller", help="PyInstaller's work folder")
     args = parser.parse_args(argv)

@@ -47,7 +47,9 @@ _V3_SCALAR = _words("andn bextr blsi blsmsk blsr lzcnt pdep pext rorx sarx shlx 
 _V4_MNEMONIC = re.compile(r"^(k(mov|and|or|xor|not|shift|test|unpck|add|ortest)|vpternlog|vpermt2|vpermi2|"
                           r"vcvtne2ps2bf16|vcvtneps2bf16|vdpbf16ps|vpdpbusd|vpdpwssd|vpcompress|vpexpand|"
                           r"vcompress|vexpand|vpconflict|vplzcnt|vrcp14|vrsqrt14|vscalef|vgetexp|vgetmant|"
-                          r"vfixupimm|vrndscale|vreduce|vrange|vpmov[a-z]*b$|valign[dq])")
+                          r"vfixupimm|vrndscale|vreduce|vrange|valign[dq]|"
+                          # AVX-512 down-converts (vpmovmskb, an AVX one, is not among them)
+                          r"vpmovu?s?(wb|db|qb|dw|qw|qd)\b|vpmov[bwdq]2m|vpmovm2[bwdq])")
 _VMX = _words("verr verw vmcall vmlaunch vmresume vmxoff vmxon vmread vmwrite vmptrld vmptrst vmclear vmfunc")
 _ZMM_OR_MASK = re.compile(r"%zmm\d|\{%k[1-7]\}|%k[0-7]\b")
 

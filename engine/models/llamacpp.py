@@ -62,13 +62,16 @@ def load_cpu_backends() -> int:
     import llama_cpp
     from llama_cpp import _ggml
 
-    ggml = _ggml.libggml
+    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
+    # The ggml that libllama itself links to (by soname): llama_cpp's own handle may be a second copy
+    # of it (wheels and bundles hold libggml.so and libggml.so.0 as two files), with its own registry.
+    linked = sorted(lib_dir.glob("libggml.so.[0-9]*"), key=lambda p: len(p.name))
+    ggml = ctypes.CDLL(str(linked[0])) if linked else _ggml.libggml
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     ggml.ggml_backend_reg_count.argtypes = []
     if ggml.ggml_backend_reg_count() == 0:
         ggml.ggml_backend_load_all_from_path.restype = None
         ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-        lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
         ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
     return int(ggml.ggml_backend_reg_count())
 

@@ -27,12 +27,13 @@ PLAIN_SOURCE = "int count(const char *s) { int n = 0; while (s[n]) n++; return n
 def test_levels_of_hand_written_instructions() -> None:
     lines = ["  1000:\tmov    %rdi,%rax", "  1003:\tpaddd  %xmm1,%xmm0", "  1007:\tpshufb %xmm1,%xmm0",
              "  100c:\tvfmadd231ps %ymm2,%ymm1,%ymm0", "  1011:\tvaddps %zmm1,%zmm2,%zmm3{%k1}",
-             "  1017:\ttzcnt  %rax,%rcx", "  101b:\tlock cmpxchg %rdx,(%rdi)", "  101f:\tvmcall",
+             "  1017:\ttzcnt  %rax,%rcx", "  1019:\tvpmovmskb %xmm3,%edx", "  101a:\tvpmovdb %zmm1,%xmm2", "  101b:\tlock cmpxchg %rdx,(%rdi)", "  101f:\tvmcall",
              "0000000000001000 <f>:", "  1022:\t(bad)"]
     report = isa_check.scan_disassembly("x", lines)
     assert isa_check.LEVELS[report.level] == "x86-64-v4"
-    assert report.counts == {"x86-64-v2": 1, "x86-64-v3": 1, "x86-64-v4": 1}
-    assert isa_check.scan_disassembly("y", lines[:2] + lines[5:8]).level == 0  # tzcnt runs as bsf anywhere
+    assert report.counts == {"x86-64-v2": 1, "x86-64-v3": 2, "x86-64-v4": 2}
+    assert isa_check.scan_disassembly("y", lines[:2] + [lines[5], lines[8], lines[9]]).level == 0  # tzcnt: bsf anywhere
+    assert isa_check.LEVELS[isa_check.scan_disassembly("z", [lines[6]]).level] == "x86-64-v3"  # vpmovmskb: AVX
 
 
 def _shared(tmp: Path, name: str, source: str, *flags: str) -> Path:
