@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "real-learning": "engine.bench.real_learning",
     "soak": "engine.bench.soak",
     "checkpoint": "engine.bench.checkpoint",
+    "swarm-scale": "engine.bench.swarm_scale",
 }
 
 

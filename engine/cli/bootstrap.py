@@ -116,19 +116,10 @@ def _start_nats(host: str, port: int, auth_config: str) -> Any:
 
 
 async def _create_board(url: str, authority: Any, max_frame_bytes: int) -> None:
-    """Make (or update) the board's stream as the bootstrap's own user: nodes may not."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     from engine.swarm.config import PoolConfig
-    from engine.swarm.nats_auth import connect_options
-    from engine.swarm.nats_board import NatsBoard
+    from engine.swarm.nats_board import create_board_stream
 
-    key = Ed25519PrivateKey.generate()
-    cred = authority.admin(key)
-    board = NatsBoard([url], max_age_s=PoolConfig().max_age_s, max_frame_bytes=max_frame_bytes, create=True,
-                      connect_options=connect_options(key.sign, lambda: cred))
-    await board.connect()
-    await board.close()
+    await create_board_stream(url, authority, max_age_s=PoolConfig().max_age_s, max_frame_bytes=max_frame_bytes)
 
 
 def _advertised(host: str, port: int) -> str:

@@ -89,3 +89,18 @@ class NatsBoard:
         if self.nc is not None:
             await self.nc.close()
             self.nc = None
+
+
+async def create_board_stream(url: str, authority: Any, *, stream: str = STREAM, max_age_s: float = 600.0,
+                              max_frame_bytes: int = 1 << 20) -> None:
+    """Make (or update) the board's stream as the bootstrap's own user (nodes may not)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from engine.swarm.nats_auth import connect_options
+
+    key = Ed25519PrivateKey.generate()
+    cred = authority.admin(key)
+    board = NatsBoard([url], stream=stream, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes, create=True,
+                      connect_options=connect_options(key.sign, lambda: cred))
+    await board.connect()
+    await board.close()
