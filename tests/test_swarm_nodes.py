@@ -64,6 +64,8 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
         if data_plane == "board":  # rollouts never went through the bootstrap: only through the board
             assert status["board"]["urls"] and status["frames"]["rollouts"] == 0
             assert status["board"]["credentials_issued"] >= 3  # each node wrote with its own credential
+            plane = status["board"]["data_plane"]  # the embedded nats-server's own figures
+            assert plane["reachable"] and isinstance(plane["connections"], int) and plane["stream_messages"] >= 1
         else:
             assert status["frames"]["relayed"] > 0
     finally:

@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
         def issue(peer_id: str) -> Any:
             return authority.issue(peer_id, STREAM, args.credential_ttl)
-    server = BootstrapServer(config, identity, issue_credential=issue, credential_ttl_s=args.credential_ttl)
+    server = BootstrapServer(config, identity, issue_credential=issue, credential_ttl_s=args.credential_ttl,
+                             data_plane_monitor=nats.monitor_url if nats is not None else None)
 
     async def main() -> None:
         import signal

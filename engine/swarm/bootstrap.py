@@ -49,7 +49,8 @@ class BootstrapServer:
     """See the module docstring. Runs on one asyncio loop."""
 
     def __init__(self, config: BootstrapConfig, identity: Identity | None = None, log: Log = _stderr_log, *,
-                 issue_credential: Callable[[str], Any] | None = None, credential_ttl_s: float = 3600.0) -> None:
+                 issue_credential: Callable[[str], Any] | None = None, credential_ttl_s: float = 3600.0,
+                 data_plane_monitor: str | None = None) -> None:
         self.config = config
         self.identity = identity or Identity.generate()
         self.protocol = p.SwarmProtocol(self.identity, config.limits)
@@ -71,6 +72,8 @@ class BootstrapServer:
         self._issue = issue_credential
         self.credential_ttl_s = credential_ttl_s
         self.credentials_issued = 0
+        self._monitor = data_plane_monitor  # the board's nats-server monitoring URL (/varz, /jsz)
+        self.data_plane: dict[str, Any] = {}  # its latest figures, polled (status() never blocks on it)
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -80,6 +83,8 @@ class BootstrapServer:
         self._tasks.spawn("peers broadcaster", self._broadcast_peers())
         if self._issue is not None:
             self._tasks.spawn("credential renewal", self._renew_credentials())
+        if self._monitor is not None:
+            self._tasks.spawn("data plane figures", self._poll_data_plane())
         for url in cfg.link_urls:
             self._tasks.spawn(f"link {url}", self._link_loop(url))
         self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: "
@@ -149,6 +154,7 @@ class BootstrapServer:
                        "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
             "refusals": self.protocol.refusals.snapshot(),
             "board": {"urls": list(self.config.board_urls), "credentials": self._issue is not None,
+                      "data_plane": dict(self.data_plane),
                       "credentials_issued": self.credentials_issued, "credential_ttl_s": self.credential_ttl_s},
         }
 
@@ -254,6 +260,27 @@ class BootstrapServer:
         link.send(link.conn.creds_frame(cred.jwt, cred.expires_at))
         self.credentials_issued += 1
 
+    async def _poll_data_plane(self, every_s: float = 5.0) -> None:
+        last: tuple[float, dict[str, Any]] | None = None
+        while True:
+            try:
+                varz, jsz = await asyncio.to_thread(_monitor_figures, self._monitor or "")
+            except (OSError, ValueError) as exc:
+                self.data_plane = {"reachable": False, "error": str(exc)[:200]}
+            else:
+                now = time.monotonic()
+                figures = {"reachable": True, "connections": varz.get("connections"),
+                           "server_rss_bytes": varz.get("mem"), "server_cpu_percent": varz.get("cpu"),
+                           "stream_messages": jsz.get("messages"), "stream_bytes": jsz.get("bytes")}
+                if last is not None and now > last[0]:
+                    dt, prev = now - last[0], last[1]
+                    for key in ("in_msgs", "out_msgs", "in_bytes", "out_bytes"):
+                        if isinstance(varz.get(key), int) and isinstance(prev.get(key), int):
+                            figures[f"{key}_per_s"] = round((varz[key] - prev[key]) / dt, 1)
+                last = (now, varz)
+                self.data_plane = figures
+            await asyncio.sleep(every_s)
+
     async def _renew_credentials(self) -> None:
         """Fresh credentials to every node at a third of their lifetime: one missed renewal is harmless."""
         while True:
@@ -288,6 +315,18 @@ class BootstrapServer:
                 local = self._peers_frame(local_only=True)
                 for link in list(self._bootstraps):
                     link.send(local)
+
+
+def _monitor_figures(base: str, timeout_s: float = 2.0) -> tuple[dict[str, Any], dict[str, Any]]:
+    """nats-server's /varz and /jsz (its local monitoring port), bounded and parsed."""
+    import urllib.request
+
+    out = []
+    for path in ("/varz", "/jsz"):
+        with urllib.request.urlopen(base + path, timeout=timeout_s) as resp:
+            data = json.loads(resp.read(1 << 20))
+        out.append(data if isinstance(data, dict) else {})
+    return out[0], out[1]
 
 
 async def _alive(link: Link) -> bool:
