@@ -84,3 +84,62 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
         assert len(peers) == 2 and all(received > 0 for _, received, _ in peers)
         names.update(name for name, _, _ in peers)
     assert len(names) == 3  # each node saw the two others, by their derived names
+
+
+def _rows_since(db_path: Path, since: float, status: str) -> int:
+    if not db_path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=10)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM rollouts WHERE status = ? AND ts > ?", (status, since)).fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        db.close()
+
+
+@pytest.mark.timeout(300)
+def test_nodes_keep_sharing_through_the_board_when_the_bootstrap_restarts(tmp_path: Path) -> None:
+    """kill -9 the bootstrap (its nats-server goes with it) and start it again on the same ports and
+    data dir: the nodes' board clients reconnect with their credentials (same authority), the new
+    bootstrap remakes the board and renews credentials, and sharing resumes."""
+    model = build_tiny_policy(tmp_path / "model")
+    port, nats_port = free_port(), free_port()
+    boot_cmd = [sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
+                "--nats-port", str(nats_port), "--data-dir", str(tmp_path / "boot")]
+    boot = subprocess.Popen(boot_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nodes: list[subprocess.Popen[bytes]] = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/status")
+        for i in range(2):
+            nodes.append(subprocess.Popen(
+                [sys.executable, "-m", "engine", "run", "--headless", "--model", str(model), "--data-dir",
+                 str(tmp_path / f"n{i}"), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
+                 "127.0.0.1:0", "--local", "2", "--external", "2", "--set", "filter_zero_advantage=false",
+                 "--set", "completions=4", "--set", "eval_every=0", "--seed", str(i)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+        def wait_used(since: float, what: str) -> None:
+            """Both nodes pooled newly fetched groups (not leftovers) and trained on peers' groups."""
+            deadline = time.monotonic() + 120
+            while not all(_rows_since(tmp_path / f"n{i}" / "node.db", since, status) > 0
+                          for i in range(2) for status in ("pooled", "used")):
+                assert all(n.poll() is None for n in nodes), "a node exited"
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                time.sleep(0.5)
+
+        wait_used(0.0, "sharing through the board")
+        boot.kill()
+        boot.wait(10)
+        time.sleep(2.0)  # a few rounds without a bootstrap or a board
+        boot = subprocess.Popen(boot_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_http(f"http://127.0.0.1:{port}/status")
+        restarted = time.time()
+        wait_used(restarted, "sharing again after the restart")
+        status = wait_http(f"http://127.0.0.1:{port}/status")
+        assert status["frames"]["rollouts"] == 0  # still nothing through the bootstrap itself
+    finally:
+        for proc in nodes + [boot]:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
