@@ -261,7 +261,8 @@ class Node:
             swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
         info = {"model_id": self._model_id(), "task_lib_version": task_library_version()}
         self._swarm = SwarmService(self._identity, swarm_cfg, self._pool, info, self.bus.publish,
-                                   question_text=lambda g: tasks.regenerate(g.ref).text)
+                                   question_text=lambda g: tasks.regenerate(g.ref).text,
+                                   replay_state=self.config.data_dir / "replay-guard.json")
         await self._swarm.start()
         self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
                                    f"{self._swarm.listen_url}"))

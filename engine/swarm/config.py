@@ -44,8 +44,10 @@ class ProtocolLimits:
     max_text_bytes: int = 256  # names, model ids, reasons, URLs in hello/peers/bye
     max_peers_per_frame: int = 256  # entries in a `peers` frame
     max_clock_skew_s: float = 3600.0  # frames whose ts is further from now are refused as stale
-    replay_window: int = 4096  # seqs tracked per sender; older ones are refused (replay_old)
-    max_tracked_senders: int = 8192  # senders whose replay window is remembered (LRU)
+    replay_window: int = 1024  # seqs tracked per sender; older ones are refused (replay_old)
+    # senders remembered at once: each until 2 x max_clock_skew_s after its last frame (a frame is
+    # replayable only while its ts is acceptable); when all are that recent, new senders are refused
+    max_tracked_senders: int = 100_000
     peer_rate_per_s: float = 20.0  # frames per second one signer may send (token refill)
     peer_burst: float = 80.0  # token bucket size per signer
     link_rate_per_s: float = 5000.0  # frames per second over one link (a relay link carries many peers)

@@ -27,6 +27,7 @@ REASONS: tuple[str, ...] = (
     "bad_signature",  # ed25519 signature does not verify
     "duplicate",  # (from, seq) already seen: replay, or the same frame by another path
     "replay_old",  # seq older than the replay window: cannot prove it is new
+    "too_many_senders",  # every replay slot holds a sender active within the horizon: new ones wait
     "rate_limited",  # the sender's (or the link's) token bucket is empty
     "unexpected",  # valid frame in the wrong state (e.g. rollouts before hello)
     "wrong_signer",  # hello/peers/bye not signed by the link's peer; group origin != signer

@@ -87,22 +87,70 @@ class ReplayWindow:
 
 
 class ReplayGuard:
-    """Replay windows for many senders, LRU-bounded. Key: the signer's peer id."""
+    """Replay windows for any number of senders, bounded by time rather than by count.
 
-    def __init__(self, window: int, max_senders: int) -> None:
-        self.window, self.max_senders = window, max_senders
+    A frame can be replayed only while its timestamp is acceptable (within the clock-skew window), so
+    a sender must be remembered until `horizon_s` (twice that window) after its last accepted frame,
+    and can be forgotten after: memory holds the senders active within the horizon, never fewer. A
+    count-bounded LRU would forget a sender under a flood of identities and then accept its replays;
+    here, when `max_senders` are all still within the horizon, a *new* sender is refused
+    ("too_many_senders") instead: fail closed. `snapshot`/`restore` carry the state across restarts
+    (each sender's highest seq; everything at or below it counts as seen after a restore).
+    """
+
+    def __init__(self, window: int, max_senders: int, horizon_s: float = 7200.0) -> None:
+        self.window, self.max_senders, self.horizon_s = window, max_senders, horizon_s
         self._windows: OrderedDict[str, ReplayWindow] = OrderedDict()
+        self._seen_at: dict[str, float] = {}  # sender -> last accepted (receiver's clock)
 
-    def check_and_mark(self, sender: str, seq: int) -> str | None:
+    def _expire(self, now: float) -> None:
+        while self._windows:
+            sender = next(iter(self._windows))
+            if now - self._seen_at[sender] <= self.horizon_s:
+                return
+            del self._windows[sender]
+            del self._seen_at[sender]
+
+    def check_and_mark(self, sender: str, seq: int, now: float = 0.0) -> str | None:
+        self._expire(now)
         win = self._windows.get(sender)
         if win is None:
-            win = ReplayWindow(self.window)
-            self._windows[sender] = win
-            if len(self._windows) > self.max_senders:
-                self._windows.popitem(last=False)
-        else:
+            if len(self._windows) >= self.max_senders:
+                return "too_many_senders"
+            win = self._windows[sender] = ReplayWindow(self.window)
+            self._seen_at[sender] = now
+        verdict = win.check_and_mark(seq)
+        if verdict is None:
             self._windows.move_to_end(sender)
-        return win.check_and_mark(seq)
+            self._seen_at[sender] = max(now, self._seen_at.get(sender, now))
+        return verdict
+
+    def snapshot(self) -> dict[str, list[float]]:
+        """{sender: [highest seq, last seen]} (what a restart must not forget)."""
+        return {s: [w.high, self._seen_at[s]] for s, w in self._windows.items() if w.high >= 0}
+
+    def restore(self, data: object, now: float) -> int:
+        """Load a snapshot (untrusted file contents: bad entries are skipped) -> senders restored."""
+        if not isinstance(data, dict):
+            return 0
+        entries = []
+        for sender, value in data.items():
+            if (isinstance(sender, str) and len(sender) <= 64 and isinstance(value, list) and len(value) == 2
+                    and isinstance(value[0], int) and not isinstance(value[0], bool) and value[0] >= 0
+                    and isinstance(value[1], (int, float)) and not isinstance(value[1], bool)
+                    and now - self.horizon_s < value[1] <= now + 60):
+                entries.append((float(value[1]), sender, value[0]))
+        restored = 0
+        for seen_at, sender, high in sorted(entries)[-self.max_senders:]:  # oldest first: LRU order
+            win = ReplayWindow(self.window)
+            win.high, win.mask = high, (1 << self.window) - 1  # everything up to `high` counts as seen
+            self._windows[sender], self._seen_at[sender] = win, seen_at
+            self._windows.move_to_end(sender)
+            restored += 1
+        while len(self._windows) > self.max_senders:
+            old, _ = self._windows.popitem(last=False)
+            self._seen_at.pop(old, None)
+        return restored
 
     def __len__(self) -> int:
         return len(self._windows)

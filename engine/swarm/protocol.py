@@ -84,7 +84,7 @@ class SwarmProtocol:
         self.clock = clock
         # Time-based start: a restarted node's seqs stay above those peers remember from its last run.
         self._seq = time.time_ns() // 1000
-        self.replay = ReplayGuard(limits.replay_window, limits.max_tracked_senders)
+        self.replay = ReplayGuard(limits.replay_window, limits.max_tracked_senders, 2 * limits.max_clock_skew_s)
         self.signer_buckets = KeyedBuckets(limits.peer_rate_per_s, limits.peer_burst, limits.max_tracked_senders)
         self.refusals = RefusalCounter()
         self.accepted = 0
@@ -99,7 +99,7 @@ class SwarmProtocol:
                                  "seq": self._seq, "ts": self.clock(), "body": body}
         frame["sig"] = b64url(self.identity.sign(canonical(frame)))
         # Our own seqs count as seen: a relay echoing our frame back to us is then a plain duplicate.
-        self.replay.check_and_mark(self.identity.peer_id, self._seq)
+        self.replay.check_and_mark(self.identity.peer_id, self._seq, self.clock())
         return canonical(frame)
 
     def encode_rollouts(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
@@ -185,7 +185,7 @@ class SwarmProtocol:
         if not verify(sender, sig, canonical(frame)):
             raise ProtocolError("bad_signature", f"from {sender[:12]}")
         # Replay before rate: the same frame arriving by a second path must not spend the sender's tokens.
-        replay = self.replay.check_and_mark(sender, seq)
+        replay = self.replay.check_and_mark(sender, seq, self.clock())
         # Our own hello is "seen" (we signed it): let it through so the link can detect a self-dial.
         if replay is not None and not (frame_type == "hello" and sender == self.identity.peer_id):
             raise ProtocolError(replay, f"seq {seq} from {sender[:12]}")

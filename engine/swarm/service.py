@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
@@ -24,6 +25,7 @@ from websockets.http11 import Request, Response
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
 from engine.sapo.records import LOCAL_PEER, RolloutGroup
 from engine.swarm import protocol as p
+from engine.swarm import replay_state
 from engine.swarm.board_client import BoardClient, nats_board_factory, resolve_board_urls
 from engine.swarm.config import SwarmConfig
 from engine.swarm.errors import DuplicateIdentityError, TransportError
@@ -51,7 +53,7 @@ class SwarmService:
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
                  question_text: Callable[[RolloutGroup], str] = _describe,
-                 make_board: Callable[..., Any] | None = None) -> None:
+                 make_board: Callable[..., Any] | None = None, replay_state: Path | None = None) -> None:
         self.identity = identity
         self.config = config
         self.pool = pool
@@ -74,6 +76,7 @@ class SwarmService:
         self._stopping = False
         self.duplicate_identity: DuplicateIdentityError | None = None  # set when a copy was detected
         self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
+        self._replay_state = replay_state  # where the replay guard outlives this process
         self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
             config.pool.max_age_s, config.limits.max_frame_bytes))
 
@@ -81,6 +84,11 @@ class SwarmService:
     async def start(self) -> None:
         """Listen, announce, dial. Raises TransportError (port busy) or DuplicateIdentityError."""
         cfg = self.config
+        if self._replay_state is not None:
+            restored = replay_state.load(self._replay_state, self.protocol.replay)
+            if restored:
+                self._log("info", f"swarm: replay protection restored for {restored} senders")
+            self._tasks.spawn("replay state", self._save_replay_state_every(replay_state.REPLAY_SAVE_S))
         if cfg.listen:
             self._server = await listen(self._accept, cfg.listen_host, cfg.listen_port, cfg.limits, cfg.link,
                                         process_request=self._gate)
@@ -105,6 +113,7 @@ class SwarmService:
             self._mdns = None
         await asyncio.gather(*(link.close(p.BYE_LEAVING) for link in list(self._links)))
         await self._tasks.cancel_all()
+        self._save_replay_state()
         await self.board.close()
         if self._server is not None:
             self._server.close()
@@ -166,6 +175,19 @@ class SwarmService:
                 "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats()}
 
     # --- links ----------------------------------------------------------------------------------------
+    def _save_replay_state(self) -> None:
+        if self._replay_state is None:
+            return
+        try:
+            replay_state.save(self._replay_state, self.protocol.replay)
+        except OSError as exc:
+            self._log("warning", f"swarm: could not save the replay guard ({exc}); a restart may accept replays")
+
+    async def _save_replay_state_every(self, seconds: float) -> None:
+        while True:  # a kill -9 forgets at most this long of what was seen
+            await asyncio.sleep(seconds)
+            self._save_replay_state()
+
     def _start_board(self, urls: Sequence[str], wait_credential_s: float = 0.0) -> None:
         """Connect to the board; a bootstrap's board waits a moment for the credential that follows
         its hello (an open board, e.g. a LAN party's, is used without one)."""

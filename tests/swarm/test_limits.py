@@ -70,12 +70,44 @@ def test_replay_window_matches_a_set_model() -> None:
 
 
 def test_replay_guard_per_sender() -> None:
-    guard = ReplayGuard(window=8, max_senders=2)
-    assert guard.check_and_mark("a", 5) is None
-    assert guard.check_and_mark("b", 5) is None
-    assert guard.check_and_mark("a", 5) == "duplicate"
-    guard.check_and_mark("c", 1)
-    assert len(guard) == 2
+    guard = ReplayGuard(window=8, max_senders=2, horizon_s=100)
+    assert guard.check_and_mark("a", 5, now=0) is None
+    assert guard.check_and_mark("b", 5, now=0) is None
+    assert guard.check_and_mark("a", 5, now=1) == "duplicate"
+    # Both slots hold senders active within the horizon: a third is refused, nobody is forgotten.
+    assert guard.check_and_mark("c", 1, now=50) == "too_many_senders" and len(guard) == 2
+    assert guard.check_and_mark("a", 5, now=99) == "duplicate"  # still remembered
+    assert guard.check_and_mark("a", 6, now=99) is None  # a new frame from a: remembered from now
+    # b (last accepted at 0) is past the horizon: its frames are stale anyway, and its slot is free.
+    assert guard.check_and_mark("c", 1, now=101) is None
+    assert guard.check_and_mark("d", 1, now=101) == "too_many_senders"  # a (at 99) and c hold both
+
+
+def test_a_flood_of_identities_does_not_make_an_old_frame_new() -> None:
+    """The old LRU of 8,192 senders forgot alice after 8,192 others and accepted her replay."""
+    guard = ReplayGuard(window=64, max_senders=100_000, horizon_s=7200)
+    assert guard.check_and_mark("alice", 42, now=0) is None
+    for i in range(20_000):
+        guard.check_and_mark(f"sybil{i}", 1, now=1 + i / 1000)
+    assert guard.check_and_mark("alice", 42, now=30) == "duplicate"
+
+
+def test_replay_state_survives_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from engine.swarm import replay_state
+
+    guard = ReplayGuard(window=64, max_senders=10, horizon_s=100)
+    guard.check_and_mark("alice", 40, now=1000)
+    guard.check_and_mark("alice", 42, now=1001)
+    replay_state.save(tmp_path / "r.json", guard)
+    fresh = ReplayGuard(window=64, max_senders=10, horizon_s=100)
+    assert replay_state.load(tmp_path / "r.json", fresh, now=1010) == 1
+    assert fresh.check_and_mark("alice", 41, now=1011) == "duplicate"  # at or below the floor: seen
+    assert fresh.check_and_mark("alice", 43, now=1011) is None
+    assert replay_state.load(tmp_path / "r.json", ReplayGuard(64, 10, 100), now=5000) == 0  # expired
+    (tmp_path / "bad.json").write_text('{"x": [1], "y": ["a", 1], "z": [-1, 1000], "w": [true, 1000]')
+    assert replay_state.load(tmp_path / "bad.json", ReplayGuard(64, 10, 100), now=1000) == 0
+    (tmp_path / "bad.json").write_text('{"x": [1], "y": ["a", 1], "z": [-1, 1000], "ok": [7, 1000]}')
+    assert replay_state.load(tmp_path / "bad.json", ReplayGuard(64, 10, 100), now=1000) == 1
 
 
 def test_refusal_counter() -> None:
@@ -85,3 +117,38 @@ def test_refusal_counter() -> None:
     counter.add("stale", "y")
     assert counter.snapshot() == {"bad_signature": 2, "stale": 1}
     assert counter.total == 3 and list(counter.by_sender) == ["y"]
+
+
+def test_a_restarted_service_refuses_the_frames_it_took_before(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two real SwarmService lifetimes with one state file: a frame opened in the first is a
+    duplicate in the second (the node's data dir holds replay-guard.json)."""
+    import asyncio
+
+    from swarm_helpers import make_group, swarm_config
+
+    from engine.swarm.config import ProtocolLimits
+    from engine.swarm.errors import ProtocolError
+    from engine.swarm.identity import Identity
+    from engine.swarm.pool import PoolConfig, RolloutPool
+    from engine.swarm.protocol import SwarmProtocol
+    from engine.swarm.service import SwarmService
+
+    alice = SwarmProtocol(Identity.generate(), ProtocolLimits())
+    (frame,) = alice.encode_rollouts([make_group(alice.identity.peer_id)])
+    me, state = Identity.generate(), tmp_path / "replay-guard.json"
+
+    async def lifetime() -> str | None:
+        service = SwarmService(me, swarm_config(listen=False), RolloutPool(PoolConfig(), lambda g: g), {},
+                               lambda e: None, replay_state=state)
+        await service.start()
+        try:
+            service.protocol.open(frame)
+            return None
+        except ProtocolError as exc:
+            return exc.reason
+        finally:
+            await service.stop()
+
+    assert asyncio.run(lifetime()) is None
+    assert state.is_file()
+    assert asyncio.run(lifetime()) == "duplicate"
