@@ -77,6 +77,15 @@ class RolloutSeen(Event):
     reason: str = ""
     ref_key: str = ""  # TaskRef.key of the group (store column; empty where unknown)
 
+    @classmethod
+    def of(cls, group: Any, status: str, reason: str = "", question: str = "", peer_name: str = "") -> RolloutSeen:
+        """The one builder: every RolloutSeen (pooled, dropped, used) describes its group alike."""
+        rewards = group.rewards
+        return cls(origin_peer=group.provenance.origin_peer, peer_name=peer_name, specialty=group.ref.specialty,
+                   question=question[:2000], completion=group.completions[0][:2000] if group.completions else "",
+                   reward=sum(rewards) / len(rewards) if rewards else None, status=status, reason=reason,
+                   ref_key=group.ref.key)
+
 
 @dataclass(frozen=True)
 class PeerUpdated(Event):

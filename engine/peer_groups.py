@@ -43,8 +43,4 @@ def rollout_event(group: RolloutGroup, status: str, reason: str = "") -> Rollout
     from engine.swarm.identity import name_for
 
     question = tasks.regenerate(group.ref).text  # cached: the pool regenerated it on arrival
-    mean = sum(group.rewards) / len(group.rewards) if group.rewards else None
-    return RolloutSeen(origin_peer=group.provenance.origin_peer, peer_name=name_for(group.provenance.origin_peer),
-                       specialty=group.ref.specialty, question=question[:2000],
-                       completion=group.completions[0][:2000] if group.completions else "", reward=mean,
-                       status=status, reason=reason, ref_key=group.ref.key)
+    return RolloutSeen.of(group, status, reason, question, name_for(group.provenance.origin_peer))

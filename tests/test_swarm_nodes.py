@@ -77,6 +77,8 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
     for i in range(3):
         db = sqlite3.connect(tmp_path / f"n{i}" / "node.db")
         used = db.execute("SELECT COUNT(*) FROM rollouts WHERE status = 'used'").fetchone()[0]
+        # one builder for every RolloutSeen: pooled rows carry their task reference like used ones
+        assert db.execute("SELECT COUNT(*) FROM rollouts WHERE ref_key = ''").fetchone()[0] == 0
         peers = db.execute("SELECT name, received, used FROM peers").fetchall()
         external = db.execute("SELECT SUM(num_external) FROM rounds").fetchone()[0]
         db.close()

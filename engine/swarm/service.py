@@ -305,13 +305,8 @@ class SwarmService:
         loop = asyncio.get_running_loop()
         decisions = await loop.run_in_executor(self._executor, self._offer_all, groups)
         for decision, text in decisions:
-            self._emit(RolloutSeen(
-                origin_peer=decision.peer, peer_name=name_for(decision.peer),
-                specialty=decision.group.ref.specialty, question=text[:2000],
-                completion=decision.group.completions[0][:2000],
-                reward=(sum(decision.group.rewards) / len(decision.group.rewards)
-                        if decision.group.rewards else None),
-                status=decision.status, reason=decision.reason))
+            self._emit(RolloutSeen.of(decision.group, decision.status, decision.reason, text,
+                                      name_for(decision.peer)))
 
     def _offer_all(self, groups: tuple[RolloutGroup, ...]) -> list[tuple[PoolDecision, str]]:
         """Worker thread: re-score and pool each group; describe the pooled ones for the feed."""
