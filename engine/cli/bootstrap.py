@@ -57,14 +57,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     nats = authority = None
     try:
+        board_lists = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
         if args.nats:
-            config = dataclasses.replace(config, board_urls=tuple(args.nats))
+            config = dataclasses.replace(config, board_urls=tuple(args.nats), **board_lists)
         elif not args.no_nats:
             from engine.swarm.nats_auth import Authority
 
             authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
             nats = _start_nats(args.host, args.nats_port, authority.server_config())
-            config = dataclasses.replace(config, board_urls=(_advertised(args.host, nats.ports["client"]),))
+            config = dataclasses.replace(config, board_urls=(_advertised(args.host, nats.ports["client"]),),
+                                         **board_lists)
             print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its "
                   "own key)", file=sys.stderr, flush=True)
     except (ValueError, SwarmError) as exc:

@@ -160,6 +160,7 @@ class MemoryBoard:
         self._next = 1
         self._by_slot: OrderedDict[int, tuple[str, bytes, float]] = OrderedDict()
         self._slot_of: dict[str, int] = {}
+        self.size = 0  # frames (= nodes) at the last extent()
 
     def _expire(self) -> None:
         now = self.clock()
@@ -184,6 +185,7 @@ class MemoryBoard:
 
     async def extent(self) -> tuple[int, int]:
         self._expire()
+        self.size = len(self._by_slot)
         if not self._by_slot:
             return (0, 0)
         return (next(iter(self._by_slot)), next(reversed(self._by_slot)))

@@ -57,6 +57,7 @@ class BoardClient:
         self.fetch_ms: list[float] = []  # recent fetch-round latencies (bounded)
         self.credential: Credential | None = None  # the bootstrap's latest; None = an open board
         self.got_credential = asyncio.Event()
+        self.nodes_on_board = 0  # nodes with a frame on the board at the last fetch (ourselves included)
 
     def set_credential(self, jwt: str, expires_at: float) -> bool:
         """Keep a credential from our bootstrap if it is for our key and still valid; the board's
@@ -115,6 +116,7 @@ class BoardClient:
             self._log("warning", f"swarm: fetching peers' rollouts from the board failed: {self._why(exc)}")
             return []
         self.fetch_ms = [*self.fetch_ms[-99:], (time.perf_counter() - started) * 1000]
+        self.nodes_on_board = int(getattr(board, "size", 0))  # the swarm's size, for free with the fetch
         self.counters["fetch_rounds"] += 1
         self.counters["frames_used"] += len(results)
         return results
@@ -130,6 +132,7 @@ class BoardClient:
         cred = self.credential
         return {"connected": self.connected, "urls": list(self.urls), **self.counters,
                 "credential_expires_at": cred.expires_at if cred is not None else None,
+                "nodes_on_board": self.nodes_on_board,
                 "reader": dict(self.reader.counters),
                 "fetch_ms_p50": sorted(self.fetch_ms)[len(self.fetch_ms) // 2] if self.fetch_ms else None}
 

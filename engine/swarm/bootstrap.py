@@ -300,13 +300,16 @@ class BootstrapServer:
             for remote in self._remote.values():
                 for entry in remote:
                     entries.setdefault(entry.peer_id, entry)
-        items = list(entries.values())[-self.config.limits.max_peers_per_frame:]
+        cap = self.config.limits.max_peers_per_frame
+        if self.config.peers_sample:
+            cap = min(cap, self.config.peers_sample)
+        items = list(entries.values())[-cap:]  # the newest (dict order is join order)
         return self.protocol.encode("peers", {"peers": [e.to_wire() for e in items]})
 
     async def _broadcast_peers(self) -> None:
         while True:
             await self._peers_dirty.wait()
-            await asyncio.sleep(PEERS_COALESCE_S)
+            await asyncio.sleep(max(PEERS_COALESCE_S, self.config.peers_min_interval_s))
             self._peers_dirty.clear()
             full = self._peers_frame(local_only=False)
             for link in list(self._nodes.values()):

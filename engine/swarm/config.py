@@ -173,6 +173,11 @@ class BootstrapConfig:
     port: int = 7700  # port to bind (0 = any free)
     link_urls: tuple[str, ...] = ()  # other bootstrap servers to link to (relay both ways)
     board_urls: tuple[str, ...] = ()  # the data plane it names to nodes (nats://; host 0.0.0.0 = ours)
+    # Membership lists: with a board, nodes need no full list (they fetch from the board and learn the
+    # swarm's size there), so a list is a sample of the newest nodes, pushed at most this often: a
+    # node's membership traffic stays O(1) as the swarm grows. 0 = every node (up to the frame cap).
+    peers_sample: int = 0
+    peers_min_interval_s: float = 0.1
     max_connections: int = 1000  # peers at most; beyond, the handshake gets HTTP 503
     # connections from one IP address at most (HTTP 429 beyond): one host cannot take every slot.
     # A household or lab behind one NAT shares an address; 0 = no per-address cap (behind a proxy)
@@ -188,6 +193,9 @@ class BootstrapConfig:
         for url in self.link_urls:
             _ws_url("BootstrapConfig", url)
         _board_urls("BootstrapConfig", self.board_urls)
+        if isinstance(self.peers_sample, bool) or not isinstance(self.peers_sample, int) or self.peers_sample < 0:
+            raise ValueError("BootstrapConfig.peers_sample must be an int >= 0")
+        _positive("BootstrapConfig", peers_min_interval_s=self.peers_min_interval_s)
         _positive("BootstrapConfig", max_connections=self.max_connections)
         if isinstance(self.max_connections_per_ip, bool) or not isinstance(self.max_connections_per_ip, int) \
                 or self.max_connections_per_ip < 0:

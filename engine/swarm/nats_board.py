@@ -35,6 +35,7 @@ class NatsBoard:
         self.connect_options = connect_options or {}
         self.nc: Any = None
         self.js: Any = None
+        self.size = 0  # frames (= nodes: one per key) on the board at the last extent()
 
     async def connect(self, timeout_s: float = 5.0) -> NatsBoard:
         import nats
@@ -71,6 +72,7 @@ class NatsBoard:
 
     async def extent(self) -> tuple[int, int]:
         info = await self.js.stream_info(self.stream)
+        self.size = int(info.state.messages)
         if not info.state.messages:
             return (0, 0)
         return (int(info.state.first_seq), int(info.state.last_seq))

@@ -164,8 +164,9 @@ class SwarmService:
         return [peer for peer in self.table.snapshot() if include_disconnected or peer.connected]
 
     def peer_count(self) -> int:
-        """Peers reachable now (any thread)."""
-        return self.table.connected_count()
+        """Peers reachable now (any thread): linked, listed by a bootstrap, or on the board."""
+        on_board = self.board.nodes_on_board - 1 if self.board.connected else 0
+        return max(self.table.connected_count(), on_board)
 
     def stats(self) -> dict[str, Any]:
         links = tuple(self._links)  # one C-level copy: the loop may add or drop links meanwhile

@@ -247,3 +247,39 @@ def test_per_address_cap_is_validated() -> None:
     with pytest.raises(ValueError, match="max_connections_per_ip"):
         BootstrapConfig(max_connections_per_ip=-1)
     assert BootstrapConfig(max_connections_per_ip=0).max_connections_per_ip == 0
+
+
+@async_test
+async def test_with_a_board_membership_lists_are_a_bounded_sample() -> None:
+    """A node's membership traffic must not grow with the swarm: lists hold the newest few nodes."""
+    server = await start_bootstrap(peers_sample=2, peers_min_interval_s=0.2)
+    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(5)]
+    try:
+        for node in nodes:
+            await node.service.start()
+        await wait_for(lambda: registered(server) == 5, what="5 nodes at the bootstrap")
+        newest = {n.identity.peer_id for n in nodes[-2:]}
+        await wait_for(lambda: nodes[0].peer_ids() == newest, what="the newest two listed to the first")
+        await asyncio.sleep(0.5)
+        assert all(len(n.peer_ids()) <= 2 for n in nodes)
+    finally:
+        for node in nodes:
+            await node.service.stop()
+        await server.stop()
+
+
+def test_board_size_counts_the_swarm() -> None:
+    from engine.swarm.board import BoardReader, MemoryBoard, fetch
+    from engine.swarm.config import ProtocolLimits
+
+    async def main() -> int:
+        board = MemoryBoard()
+        for _ in range(7):
+            ident = Identity.generate()
+            proto = SwarmProtocol(ident, ProtocolLimits())
+            (frame,) = proto.encode_rollouts(real_groups(ident.peer_id, 1, seed=1))
+            await board.put(ident.peer_id, frame)
+        await fetch(board, BoardReader(SwarmProtocol(Identity.generate(), ProtocolLimits())), 2)
+        return board.size
+
+    assert asyncio.run(main()) == 7
