@@ -162,7 +162,8 @@ class BootstrapServer:
     def _new_link(self, ws: Any, initiator: bool, address: str) -> Link:
         hello = Hello(self.identity.instance, "bootstrap", "", "", None, board=self.config.board_urls)
         conn = p.PeerConnection(self.protocol, hello, self._started_at)
-        return Link(ws, conn, send_queue=self.config.link.send_queue, initiator=initiator, address=address,
+        return Link(ws, conn, send_queue=self.config.link.send_queue, send_queue_bytes=self.config.link.send_queue_bytes,
+                    write_timeout_s=self.config.link.write_timeout_s, initiator=initiator, address=address,
                     found_by="bootstrap" if initiator else "inbound")
 
     async def _accept(self, ws: ServerConnection) -> None:

@@ -109,6 +109,8 @@ class LinkConfig:
     connect_timeout_s: float = 10.0  # opening handshake limit when dialling
     max_queue: int = 32  # received frames buffered per link before reading pauses (backpressure)
     send_queue: int = 256  # outgoing frames queued per link; beyond, the oldest rollouts are dropped
+    send_queue_bytes: int = 8 << 20  # ... and at most this many bytes of them (frames are up to 1 MiB)
+    write_timeout_s: float = 30.0  # a frame that takes longer to send: the peer stalled, the link is dropped
     reconnect_initial_s: float = 0.5  # first reconnect delay; doubles after each failure
     reconnect_max_s: float = 30.0  # reconnect delay cap
 

@@ -205,7 +205,8 @@ class SwarmService:
     def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
         hello = Hello(self.identity.instance, "node", self.model, self.tasks, self._listen_url or None)
         conn = p.PeerConnection(self.protocol, hello, self._started_at)
-        return Link(ws, conn, send_queue=self.config.link.send_queue, initiator=initiator, address=address,
+        return Link(ws, conn, send_queue=self.config.link.send_queue, send_queue_bytes=self.config.link.send_queue_bytes,
+                    write_timeout_s=self.config.link.write_timeout_s, initiator=initiator, address=address,
                     found_by=found_by)
 
     def _gate(self, connection: ServerConnection, request: Request) -> Response | None:

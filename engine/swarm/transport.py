@@ -110,12 +110,15 @@ def server_port(server: Server) -> int:
 class Link:
     """One websocket connection: its protocol state, a bounded send queue and counters.
 
-    `send` never blocks: when a slow peer lets `send_queue` frames pile up, the oldest is dropped
-    (counted in `dropped_out`) so one stalled peer cannot grow memory or stall the others.
+    `send` never blocks: when a slow peer lets `send_queue` frames or `send_queue_bytes` bytes pile
+    up, the oldest are dropped (counted in `dropped_out`), so one slow peer cannot grow memory or slow
+    the others; a peer that stops reading altogether (one frame unsent for `write_timeout_s`) loses
+    the link.
     """
 
     def __init__(self, ws: Websocket, conn: PeerConnection, *, send_queue: int, initiator: bool,
-                 address: str, found_by: str) -> None:
+                 address: str, found_by: str, send_queue_bytes: int = 8 << 20,
+                 write_timeout_s: float = 30.0) -> None:
         self.ws = ws
         self.conn = conn
         self.initiator = initiator  # True when this side dialled
@@ -128,6 +131,9 @@ class Link:
         self.close_reason = ""
         self._queue: deque[bytes] = deque()
         self._max_queue = send_queue
+        self._max_queue_bytes = send_queue_bytes
+        self._queued_bytes = 0
+        self._write_timeout_s = write_timeout_s
         self._wake = asyncio.Event()
         self._closing = False
         self._writer_task: asyncio.Task[None] | None = None
@@ -148,17 +154,22 @@ class Link:
         """Queue one frame; False (and the oldest frame dropped) when the queue was full."""
         if self._closing:
             return False
-        dropped = len(self._queue) >= self._max_queue
-        if dropped:
-            self._queue.popleft()
+        dropped = False
+        while self._queue and (len(self._queue) >= self._max_queue
+                               or self._queued_bytes + len(frame) > self._max_queue_bytes):
+            self._queued_bytes -= len(self._queue.popleft())
             self.dropped_out += 1
+            dropped = True
         self._queue.append(frame)
+        self._queued_bytes += len(frame)
         self._wake.set()
         return not dropped
 
     async def run(self, on_events: EventHandler, handshake_timeout_s: float) -> None:
         """Send hello, then read until the link closes. Returns normally on any close."""
-        self._queue.appendleft(self.conn.hello_frame())
+        hello = self.conn.hello_frame()
+        self._queue.appendleft(hello)
+        self._queued_bytes += len(hello)
         self._wake.set()
         writer = asyncio.get_running_loop().create_task(self._writer(), name=f"writer {self.address}")
         self._writer_task = writer
@@ -198,7 +209,17 @@ class Link:
                     self._wake.clear()
                     await self._wake.wait()
                 frame = self._queue.popleft()
-                await self.ws.send(frame, text=True)
+                self._queued_bytes -= len(frame)
+                try:
+                    await asyncio.wait_for(self.ws.send(frame, text=True), self._write_timeout_s)
+                except TimeoutError:
+                    # The peer stopped reading: its socket buffer is full. Drop the link, not the node.
+                    self.close_reason = f"stalled: a frame was not taken within {self._write_timeout_s:g} s"
+                    self._closing = True
+                    transport = getattr(self.ws, "transport", None)
+                    if transport is not None:
+                        transport.abort()
+                    return
                 self.frames_out += 1
 
     async def close(self, reason: str, bye: bool = True) -> None:
@@ -207,7 +228,9 @@ class Link:
             return
         self.close_reason = self.close_reason or reason
         if bye and self.conn.state != "closed":
-            self._queue.append(self.conn.bye_frame(reason))
+            bye_frame = self.conn.bye_frame(reason)
+            self._queue.append(bye_frame)
+            self._queued_bytes += len(bye_frame)
         self._closing = True
         self._wake.set()
         if self._writer_task is not None:

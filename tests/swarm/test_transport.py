@@ -196,3 +196,48 @@ async def test_a_peer_cannot_claim_relay_powers() -> None:
         assert node.service.duplicate_identity is None and node.service.stats()["bootstraps"] == []
     finally:
         await node.service.stop()
+
+
+@async_test
+async def test_a_peer_that_stops_reading_loses_its_link_and_memory_stays_bounded() -> None:
+    """A raw client says hello and then never reads: the node's queue for it stays within its byte
+    bound, and the first frame that cannot be sent in time drops the link."""
+    import time as _time
+
+    from engine.swarm.config import LinkConfig
+    from engine.swarm.identity import Identity
+    from engine.swarm.protocol import PeerConnection, SwarmProtocol
+    from engine.swarm.transport import Link, listen
+    from engine.swarm.wire import Hello
+
+    limits = ProtocolLimits()
+    me = SwarmProtocol(Identity.generate(), limits)
+    links: list[Link] = []
+    done = asyncio.Event()
+
+    async def handler(ws) -> None:  # type: ignore[no-untyped-def]
+        conn = PeerConnection(me, Hello("0" * 16, "node", "m", "t", None), 0.0)
+        link = Link(ws, conn, send_queue=1000, send_queue_bytes=4 << 20, write_timeout_s=1.0, initiator=False,
+                    address="x", found_by="inbound")
+        links.append(link)
+        await link.run(lambda link, events: asyncio.sleep(0), 5.0)
+        done.set()
+
+    server = await listen(handler, "127.0.0.1", 0, limits, LinkConfig())
+    port = server.sockets[0].getsockname()[1]
+    peer = SwarmProtocol(Identity.generate(), limits)
+    try:
+        async with connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None, max_queue=1) as ws:
+            hello = Hello("1" * 16, "node", "m", "t", None).to_wire()
+            await ws.send(peer.encode("hello", {**hello, "started": _time.time()}), text=True)
+            await wait_for(lambda: links and links[0].is_open, what="the link open")
+            big = b"x" * (512 << 10)
+            for _ in range(200):  # 100 MiB offered to a peer that reads nothing
+                links[0].send(big)
+                assert links[0]._queued_bytes <= 4 << 20
+                await asyncio.sleep(0)
+            await asyncio.wait_for(done.wait(), 30)
+            assert links[0].close_reason.startswith("stalled") and links[0].dropped_out > 0
+    finally:
+        server.close()
+        await server.wait_closed()
