@@ -143,6 +143,8 @@ class SwarmConfig:
     mdns: bool = True  # announce and browse _sapo._tcp.local.
     mdns_interfaces: tuple[str, ...] | None = None  # None = auto (skips docker/virtual); else names or IPs
     max_connections: int = 64  # links at most (in + out); more are refused with a clear reason
+    # inbound links from one IP address at most (HTTP 429 beyond): identities are free, addresses less so
+    max_inbound_per_ip: int = 8
     forget_peers_after_s: float = 600.0  # a peer unreachable this long leaves the peer table
     limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
     pool: PoolConfig = field(default_factory=PoolConfig)  # external rollout pool
@@ -163,7 +165,7 @@ class SwarmConfig:
             or not all(isinstance(i, str) and i for i in self.mdns_interfaces)
         ):
             raise ValueError("SwarmConfig.mdns_interfaces must be None (auto) or a non-empty tuple of names")
-        _positive("SwarmConfig", max_connections=self.max_connections,
+        _positive("SwarmConfig", max_connections=self.max_connections, max_inbound_per_ip=self.max_inbound_per_ip,
                   forget_peers_after_s=self.forget_peers_after_s)
 
 

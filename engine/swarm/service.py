@@ -66,6 +66,7 @@ class SwarmService:
         self._links: set[Link] = set()  # every live link, in handshake or open
         self._peer_links: dict[str, Link] = {}  # peer id -> its open direct link
         self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
+        self._inbound_per_ip: dict[str, int] = {}  # remote IP -> open inbound links
         self._mdns_peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
         self._tasks = TaskSet(self._crashed)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
@@ -75,7 +76,7 @@ class SwarmService:
         self._started_at = time.time()
         self._stopping = False
         self.duplicate_identity: DuplicateIdentityError | None = None  # set when a copy was detected
-        self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
+        self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0, "refused_per_ip": 0}
         self._replay_state = replay_state  # where the replay guard outlives this process
         self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
             config.pool.max_age_s, config.limits.max_frame_bytes))
@@ -213,11 +214,24 @@ class SwarmService:
         if len(self._links) >= self.config.max_connections or self._stopping:
             return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
                             b"node at its connection cap\n")
+        address = getattr(connection, "remote_address", None)
+        ip = str(address[0]) if address else ""
+        if self._inbound_per_ip.get(ip, 0) >= self.config.max_inbound_per_ip:
+            self.counters["refused_per_ip"] += 1
+            return Response(429, "Too Many Requests", Headers({"Content-Type": "text/plain"}),
+                            f"{self.config.max_inbound_per_ip} links from this address already\n".encode())
         return None
 
     async def _accept(self, ws: ServerConnection) -> None:
         host, port = ws.remote_address[:2]
-        await self._run_link(self._new_link(ws, False, f"{host}:{port}", "inbound"))
+        ip = str(host)
+        self._inbound_per_ip[ip] = self._inbound_per_ip.get(ip, 0) + 1
+        try:
+            await self._run_link(self._new_link(ws, False, f"{host}:{port}", "inbound"))
+        finally:
+            left = self._inbound_per_ip.pop(ip) - 1
+            if left:
+                self._inbound_per_ip[ip] = left
 
     async def _run_link(self, link: Link) -> None:
         self._links.add(link)

@@ -241,3 +241,20 @@ async def test_a_peer_that_stops_reading_loses_its_link_and_memory_stays_bounded
     finally:
         server.close()
         await server.wait_closed()
+
+
+@async_test
+async def test_one_address_cannot_take_every_inbound_slot() -> None:
+    a = Node(swarm_config(max_inbound_per_ip=2))
+    await a.service.start()
+    dialers = [Node(swarm_config(listen=False, peer_urls=(a.service.listen_url,))) for _ in range(3)]
+    try:
+        for d in dialers:
+            await d.service.start()
+        await wait_for(lambda: len(a.peer_ids()) == 2, what="two links from 127.0.0.1")
+        await wait_for(lambda: a.service.stats().get("refused_per_ip", 0) >= 1, what="the third refused (429)")
+        assert len(a.peer_ids()) == 2
+    finally:
+        for d in dialers:
+            await d.service.stop()
+        await a.service.stop()
