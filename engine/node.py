@@ -127,7 +127,7 @@ class Node:
         return {"frames_accepted": stats["frames_accepted"], "frames_refused": stats["refusals"],
                 "groups_received": groups["received"], "groups_pooled": groups["pooled"],
                 "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
-                "links": stats["links"],
+                "links": stats["links"], "board": _board_summary(stats.get("board") or {}),
                 "known_peers": stats["known_peers"]}
 
     async def join(self) -> None:
@@ -421,3 +421,9 @@ class Node:
         elif isinstance(event, LogRecord):
             level = event.level if event.level in ("info", "warning", "error") else "info"
             getattr(log, level)(event.message)
+
+
+def _board_summary(board: dict[str, Any]) -> dict[str, Any]:
+    """What the app shows of the board: where, how many nodes, until when this node may write."""
+    return {key: board.get(key) for key in ("connected", "urls", "nodes_on_board", "credential_expires_at",
+                                            "puts", "put_errors", "fetch_rounds", "frames_used", "fetch_ms_p50")}

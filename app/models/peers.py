@@ -29,6 +29,46 @@ def _reasons(value: Any) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True)
+class BoardStatus:
+    """The node's place on the board (store one, fetch J), from the status reply's swarm.board."""
+
+    connected: bool
+    url: str  # the first server ("" when unknown)
+    nodes: int  # nodes with a frame on the board (this one included)
+    credential_expires_at: float | None  # until when this node may write its key; None: an open board
+    frames_used: int  # peers' frames fetched into the pool
+
+
+def parse_board(value: Any) -> BoardStatus | None:
+    if not isinstance(value, dict) or not value.get("urls"):
+        return None
+    urls = value.get("urls")
+    url = urls[0] if isinstance(urls, list) and urls and isinstance(urls[0], str) else ""
+    expires = value.get("credential_expires_at")
+    ok_expiry = isinstance(expires, (int, float)) and not isinstance(expires, bool) and 0 < expires < 1e11
+    return BoardStatus(connected=value.get("connected") is True, url=url[:200], nodes=_count(value.get("nodes_on_board")) or 0,
+                       credential_expires_at=float(expires) if ok_expiry else None,
+                       frames_used=_count(value.get("frames_used")) or 0)
+
+
+def board_text(board: BoardStatus | None, now: float) -> str:
+    """One line for the Peers tab about the internet data plane."""
+    import time
+
+    if board is None:
+        return "Board: none (LAN links and relays only)"
+    if not board.connected:
+        return f"Board: connecting to {board.url}…"
+    cred = ""
+    if board.credential_expires_at is not None:
+        when = time.strftime("%H:%M", time.localtime(board.credential_expires_at))
+        cred = (f" · may write until {when} (renewed by the bootstrap)" if board.credential_expires_at > now
+                else f" · credential expired at {when}: waiting for the bootstrap to renew it")
+    return (f"Board: {board.url} · {board.nodes:,} node{'s' if board.nodes != 1 else ''} on it · "
+            f"{board.frames_used:,} peers' frames fetched{cred}")
+
+
 @dataclass
 class SwarmRefusals:
     """What the swarm layer refused or dropped, from the status reply's "swarm" key."""
@@ -41,6 +81,7 @@ class SwarmRefusals:
     groups_dropped: dict[str, int] = field(default_factory=dict)
     links: int = 0
     known_peers: int = 0
+    board: BoardStatus | None = None  # the internet data plane; None when this node has none
 
     @property
     def nothing_refused(self) -> bool:
@@ -55,7 +96,8 @@ def parse_swarm(value: Any) -> SwarmRefusals | None:
     ints = {key: n for key in ("frames_accepted", "groups_received", "groups_pooled", "groups_used",
                                "links", "known_peers") if (n := _count(value.get(key))) is not None}
     return SwarmRefusals(frames_refused=_reasons(value.get("frames_refused")),
-                         groups_dropped=_reasons(value.get("groups_dropped")), **ints)
+                         groups_dropped=_reasons(value.get("groups_dropped")), board=parse_board(value.get("board")),
+                         **ints)
 
 
 def refusals_text(swarm: SwarmRefusals | None) -> str:

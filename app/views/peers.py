@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.feed import FeedModel
-from app.models.peers import PeersModel, refusals_text
+from app.models.peers import PeersModel, board_text, refusals_text
 
 COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used")
 FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
@@ -50,6 +50,11 @@ class PeersView(QWidget):
         self.refused.setWordWrap(True)
         self.refused.setVisible(False)
         layout.addWidget(self.refused)
+        self.board = QLabel()  # the internet data plane: hidden when solo
+        self.board.setTextFormat(Qt.TextFormat.PlainText)
+        self.board.setWordWrap(True)
+        self.board.setVisible(False)
+        layout.addWidget(self.board)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
@@ -71,6 +76,8 @@ class PeersView(QWidget):
         swarm = self.peers.swarm
         self.refused.setVisible(swarm is not None)
         self.refused.setText(f"Refused by the swarm: {refusals_text(swarm)}" if swarm is not None else "")
+        self.board.setVisible(swarm is not None)
+        self.board.setText(board_text(swarm.board, now) if swarm is not None else "")
         rows = self.peers.sorted_rows()
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):

@@ -93,3 +93,36 @@ def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
     win.tick()
     win.tick()  # the poll is answered after this tick drew; the next one draws it
     assert not win.peers.refused.isVisible()
+
+
+def test_the_board_line_says_where_how_many_and_until_when(qtbot: QtBot) -> None:
+    import time
+
+    expires = time.time() + 1800
+    board = {"connected": True, "urls": ["nats://boot.example:7701"], "nodes_on_board": 12,
+             "credential_expires_at": expires, "frames_used": 40}
+    win, bridge = _window(qtbot, {"swarm": {**SWARM, "board": board}})
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm",
+                                                                  "swarm": {**SWARM, "board": board}}}))
+    win.tick()
+    when = time.strftime("%H:%M", time.localtime(expires))
+    assert win.peers.board.isVisible()
+    assert win.peers.board.text() == (f"Board: nats://boot.example:7701 · 12 nodes on it · 40 peers' frames fetched"
+                                      f" · may write until {when} (renewed by the bootstrap)")
+    # expired, then a swarm without a board, then garbage in the board value
+    bridge.status = {"swarm": {**SWARM, "board": {**board, "credential_expires_at": time.time() - 60}}}
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()
+    assert "credential expired at" in win.peers.board.text()
+    for value in ({}, None, {"urls": "nats://x", "nodes_on_board": -3}, {"connected": "yes", "urls": [7]}):
+        bridge.status = {"swarm": {**SWARM, "board": value}}
+        win._swarm_polled = 0.0
+        win.tick()
+        win.tick()
+        assert win.peers.board.text().startswith("Board:")
+    bridge.status = {"swarm": {**SWARM}}
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()
+    assert win.peers.board.text() == "Board: none (LAN links and relays only)"
