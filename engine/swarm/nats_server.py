@@ -144,7 +144,7 @@ class NatsServer:
     def monitor_url(self) -> str | None:
         return f"http://{self.cfg.host}:{self.ports['monitor']}" if "monitor" in self.ports else None
 
-    def start(self, timeout_s: float = 20.0) -> NatsServer:
+    def start(self, timeout_s: float = 20.0) -> Self:
         binary = server_binary()
         cfg = self.cfg
         if self._tmp is None:
