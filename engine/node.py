@@ -252,7 +252,8 @@ class Node:
         tokens = max(cfg.sampling.max_new_tokens for cfg in (self.config.sapo, self.config.real_sapo) if cfg)
         pool_cfg = dataclasses.replace(self.config.swarm.pool, max_completion_bytes=min(
             self.config.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
-        self._pool = RolloutPool(pool_cfg, make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)))
+        self._pool = RolloutPool(pool_cfg, make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)),
+                                 on_decision=self._pool_eviction)
         swarm_cfg = self.config.swarm
         if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
             swarm_cfg = dataclasses.replace(
@@ -266,6 +267,12 @@ class Node:
         await self._swarm.start()
         self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
                                    f"{self._swarm.listen_url}"))
+
+    def _pool_eviction(self, decision: Any) -> None:
+        """Groups that left the pool unused reach the feed and the store like every other decision
+        (offers are reported by the swarm service, uses by the round)."""
+        if decision.evicted:
+            self.bus.publish(rollout_event(decision.group, "dropped", decision.reason))
 
     async def _stop_swarm(self) -> None:
         if self._swarm is not None:

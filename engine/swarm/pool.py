@@ -55,6 +55,7 @@ class PoolDecision:
     group: RolloutGroup  # scored when status is "pooled" or "used"
     peer_name: str
     at: float
+    evicted: bool = False  # it had been pooled and left unused (capacity, share, age, stale policy)
 
     @property
     def peer(self) -> str:
@@ -227,7 +228,7 @@ class RolloutPool:
 
     def _evict(self, key: str, reason: str) -> PoolDecision:
         entry = self._entries.pop(key)
-        return self._count_drop(entry.group, entry.peer_name, reason)
+        return replace(self._count_drop(entry.group, entry.peer_name, reason), evicted=True)
 
     def _expire(self) -> list[PoolDecision]:
         now, decisions = self._clock(), []

@@ -102,7 +102,9 @@ def test_capacity_and_per_peer_share_evict_oldest() -> None:
 def test_age_and_policy_staleness() -> None:
     clock = Clock()
     cfg = PoolConfig(max_age_s=60.0, max_policy_lag=5)
-    pool = RolloutPool(cfg, lambda g: g.with_rewards((1.0,) * len(g.completions)), clock=clock)
+    seen: list = []
+    pool = RolloutPool(cfg, lambda g: g.with_rewards((1.0,) * len(g.completions)), clock=clock,
+                       on_decision=seen.append)
     pool.offer(make_group(PEER_A, 1, policy_version=10))
     clock.now += 30
     pool.offer(make_group(PEER_B, 2, policy_version=10))
@@ -114,6 +116,9 @@ def test_age_and_policy_staleness() -> None:
     assert pool.offer(make_group(PEER_B, 4, policy_version=14)).reason == "stale_policy"
     assert pool.offer(make_group(PEER_B, 5, policy_version=15)).status == "pooled"
     assert pool.stats()["dropped"] == {"expired": 1, "stale_policy": 2}
+    # Groups that left unused are told apart from groups refused on arrival (the node reports them).
+    assert [(d.group.ref.index, d.reason) for d in seen if d.evicted] == [(1, "expired"), (2, "stale_policy")]
+    assert [d.group.ref.index for d in seen if d.status == "dropped" and not d.evicted] == [4]
 
 
 def test_mark_used_and_stats_per_peer() -> None:
