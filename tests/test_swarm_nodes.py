@@ -41,7 +41,7 @@ def wait_http(url: str, timeout: float = 30.0) -> dict:
 def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Path, data_plane: str) -> None:
     model = build_tiny_policy(tmp_path / "model")
     port = free_port()
-    plane = ["--nats-port", "0"] if data_plane == "board" else ["--no-nats"]
+    plane = ["--nats-port", "0", "--nats-ws-port", "0"] if data_plane == "board" else ["--no-nats"]
     boot = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port",
                              str(port), *plane], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     nodes: list[subprocess.Popen[bytes]] = []
@@ -106,9 +106,9 @@ def test_nodes_keep_sharing_through_the_board_when_the_bootstrap_restarts(tmp_pa
     data dir: the nodes' board clients reconnect with their credentials (same authority), the new
     bootstrap remakes the board and renews credentials, and sharing resumes."""
     model = build_tiny_policy(tmp_path / "model")
-    port, nats_port = free_port(), free_port()
+    port, nats_port, ws_port = free_port(), free_port(), free_port()
     boot_cmd = [sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
-                "--nats-port", str(nats_port), "--data-dir", str(tmp_path / "boot")]
+                "--nats-port", str(nats_port), "--nats-ws-port", str(ws_port), "--data-dir", str(tmp_path / "boot")]
     boot = subprocess.Popen(boot_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     nodes: list[subprocess.Popen[bytes]] = []
     try:

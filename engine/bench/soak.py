@@ -141,7 +141,7 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
         try:
             procs["bootstrap"] = started(subprocess.Popen(
                 [sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
-                 "--nats-port", "0"],
+                 "--nats-port", "0", "--nats-ws-port", "0"],
                 cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_http(f"http://127.0.0.1:{port}/status")
             dirs = [Path(tmp) / f"n{i}" for i in range(3)]

@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
                    help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable); "
                         "default: start an embedded nats-server with JetStream")
     p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
+    p.add_argument("--nats-ws-port", type=int, default=7702,
+                   help="its websocket port, for nodes that reach only HTTP(S) (0 = any free, -1 = none); put a "
+                        "TLS-terminating proxy in front for wss://")
     p.add_argument("--credential-ttl", type=float, default=3600.0,
                    help="lifetime of a node's board credential in seconds (renewed at a third of it)")
     p.add_argument("--no-nats", action="store_true",
@@ -64,9 +67,12 @@ def run(args: argparse.Namespace) -> int:
             from engine.swarm.nats_auth import Authority
 
             authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
-            nats = _start_nats(args.host, args.nats_port, authority.server_config())
-            config = dataclasses.replace(config, board_urls=(_advertised(args.host, nats.ports["client"]),),
-                                         **board_lists)
+            nats = _start_nats(args.host, args.nats_port, authority.server_config(),
+                               None if args.nats_ws_port < 0 else args.nats_ws_port)
+            advertised = [_advertised(args.host, nats.ports["client"])]
+            if "websocket" in nats.ports:
+                advertised.append(_advertised(args.host, nats.ports["websocket"], "ws"))
+            config = dataclasses.replace(config, board_urls=tuple(advertised), **board_lists)
             print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its "
                   "own key)", file=sys.stderr, flush=True)
     except (ValueError, SwarmError) as exc:
@@ -111,10 +117,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_nats(host: str, port: int, auth_config: str) -> Any:
+def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None) -> Any:
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
-    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=None, monitor_port=0,
+    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=ws_port, monitor_port=0,
                                        auth_config=auth_config)).start()
 
 
@@ -125,9 +131,9 @@ async def _create_board(url: str, authority: Any, max_frame_bytes: int) -> None:
     await create_board_stream(url, authority, max_age_s=PoolConfig().max_age_s, max_frame_bytes=max_frame_bytes)
 
 
-def _advertised(host: str, port: int) -> str:
+def _advertised(host: str, port: int, scheme: str = "nats") -> str:
     """What nodes are told: 0.0.0.0 means "the host you reached this bootstrap at"."""
-    return f"nats://{host if host not in ('', '::') else '0.0.0.0'}:{port}"
+    return f"{scheme}://{host if host not in ('', '::') else '0.0.0.0'}:{port}"
 
 
 async def _supervise_nats(nats: Any, every_s: float = 2.0) -> None:

@@ -80,16 +80,24 @@ class BoardClient:
     async def connect_loop(self, urls: Sequence[str], backoff: Backoff) -> None:
         """Until connected (a task: cancelled when the node leaves)."""
         self.urls = tuple(urls)
+        # TCP first; websockets (through NAT and HTTP proxies) when TCP cannot get through.
+        groups = [g for g in (tuple(u for u in self.urls if not u.startswith(("ws://", "wss://"))),
+                              tuple(u for u in self.urls if u.startswith(("ws://", "wss://")))) if g]
         while self.board is None:
             options = (connect_options(self.protocol.identity.sign, lambda: self.credential)
                        if self.credential is not None else {})
-            try:  # with a credential the bootstrap made the stream; an open board is made by whoever comes
-                self.board = await self._make(self.urls, options, self.credential is None)
-            except Exception as exc:  # noqa: BLE001 -- unreachable, refused, or a stream we may not create
-                self._log("warning", f"swarm: the board at {', '.join(self.urls)} is unreachable ({exc}); retrying")
-                await asyncio.sleep(backoff.next())
-                continue
-            self._log("info", f"swarm: sharing rollouts through the board at {', '.join(self.urls)}")
+            errors = []
+            for group in groups:
+                try:  # with a credential the bootstrap made the stream; an open board is made by whoever comes
+                    self.board = await self._make(group, options, self.credential is None)
+                except Exception as exc:  # noqa: BLE001 -- unreachable, refused, or a stream we may not create
+                    errors.append(str(exc))
+                    continue
+                self._log("info", f"swarm: sharing rollouts through the board at {', '.join(group)}")
+                return
+            self._log("warning", f"swarm: the board at {', '.join(self.urls)} is unreachable "
+                      f"({'; '.join(errors)}); retrying")
+            await asyncio.sleep(backoff.next())
 
     async def put(self, frame: bytes) -> bool:
         board = self.board

@@ -122,9 +122,9 @@ class LinkConfig:
 
 def _board_urls(owner: str, urls: object) -> None:
     if not isinstance(urls, tuple) or len(urls) > 8 or not all(
-            isinstance(u, str) and u.startswith(("nats://", "tls://")) and len(u) <= 256
+            isinstance(u, str) and u.startswith(("nats://", "tls://", "ws://", "wss://")) and len(u) <= 256
             and not any(ch.isspace() or ch == "," for ch in u) for u in urls):
-        raise ValueError(f"{owner}.board_urls must be a tuple of at most 8 nats:// or tls:// URLs")
+        raise ValueError(f"{owner}.board_urls must be a tuple of at most 8 nats://, tls://, ws:// or wss:// URLs")
 
 
 @dataclass(frozen=True)

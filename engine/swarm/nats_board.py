@@ -43,7 +43,8 @@ class NatsBoard:
 
         try:  # the first connect fails fast (a refused credential must be reported, not retried forever)
             self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=False,
-                                         reconnect_time_wait=0.5, error_cb=_quiet, **self.connect_options)
+                                         max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,
+                                         **self.connect_options)
         except Exception as exc:  # nats-py raises several unrelated types here
             why = str(exc) or type(exc).__name__
             hint = ("the board refused this node's credential (expired, or from another swarm): the bootstrap "
@@ -54,6 +55,7 @@ class NatsBoard:
         # (nats-py reads these options at each reconnect).
         self.nc.options["allow_reconnect"] = True
         self.nc.options["max_reconnect_attempts"] = -1
+        self.nc.options["reconnect_time_wait"] = 0.5
         self.js = self.nc.jetstream(timeout=timeout_s)
         if self.create:
             config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,

@@ -200,7 +200,8 @@ class Hello:
     model: str  # base model id of the sender's policy ("" for a bootstrap)
     tasks: str  # task-library version (questions regenerate identically only on equal versions)
     listen: str | None  # ws:// URL where the sender accepts links, if any
-    # A bootstrap's data plane: the board's servers (nats:// or tls://; host 0.0.0.0 = the bootstrap's)
+    # A bootstrap's data plane: the board's servers (nats://, tls://, or ws:// / wss:// for nodes behind
+    # proxies; host 0.0.0.0 = the bootstrap's)
     board: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
@@ -226,7 +227,7 @@ class Hello:
 
 
 MAX_BOARD_URLS = 8
-BOARD_SCHEMES = ("nats://", "tls://")
+BOARD_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
 
 def board_urls(value: Any, what: str, limits: ProtocolLimits) -> tuple[str, ...]:
@@ -234,7 +235,7 @@ def board_urls(value: Any, what: str, limits: ProtocolLimits) -> tuple[str, ...]
     urls = tuple(need_text(item, what, limits.max_text_bytes) for item in items)
     for url in urls:
         if not url.startswith(BOARD_SCHEMES) or any(ch.isspace() or ch == "," for ch in url):
-            raise ProtocolError("bad_schema", f"{what} must hold nats:// or tls:// URLs")
+            raise ProtocolError("bad_schema", f"{what} must hold nats://, tls://, ws:// or wss:// URLs")
     return urls
 
 

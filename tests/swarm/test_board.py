@@ -156,7 +156,8 @@ def test_a_bootstrap_killed_with_9_takes_its_nats_server_along(tmp_path) -> None
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     boot = subprocess.Popen([sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
-                             "--nats-port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--nats-port", "0", "--nats-ws-port", "0"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:

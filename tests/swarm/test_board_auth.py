@@ -144,3 +144,31 @@ def test_only_a_bootstrap_may_hand_out_credentials() -> None:
     mine, theirs = link_to(stranger, "node")
     (event,) = mine.receive(theirs.creds_frame(cred.jwt, cred.expires_at))
     assert isinstance(event, p.FrameRefused) and event.reason == "unexpected"
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_cannot_reach_tcp_uses_the_websocket(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Behind a proxy that passes only HTTP: the TCP URL fails, the ws:// one carries the board."""
+    from engine.swarm.board_client import BoardClient, nats_board_factory
+    from engine.swarm.loops import Backoff
+    from engine.swarm.nats_board import create_board_stream
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig, free_port
+
+    auth = Authority.generate()
+    with NatsServer(NatsServerConfig(monitor_port=None, websocket_port=0, auth_config=auth.server_config())) as srv:
+        async def main() -> None:
+            await create_board_stream(srv.url, auth)
+            me = Identity.generate()
+            logs: list[str] = []
+            client = BoardClient(p.SwarmProtocol(me, ProtocolLimits()), lambda lvl, msg: logs.append(msg),
+                                 nats_board_factory(60, 1 << 20))
+            cred = auth.issue(me.peer_id, "SAPO_ROLLOUTS", 60)
+            assert client.set_credential(cred.jwt, cred.expires_at)
+            dead_tcp = f"nats://127.0.0.1:{free_port()}"
+            await asyncio.wait_for(client.connect_loop([dead_tcp, srv.websocket_url], Backoff(0.1, 0.5)), 30)
+            (frame,) = p.SwarmProtocol(me, ProtocolLimits()).encode_rollouts([make_group(me.peer_id)])
+            assert await client.put(frame) and client.counters["puts"] == 1
+            assert any(srv.websocket_url in msg for msg in logs)
+            await client.close()
+
+        asyncio.run(main())
