@@ -103,6 +103,7 @@ class Node:
         self.crashed = asyncio.Event()  # set when training raised: `sapo run` exits for its supervisor
         self.error: str | None = None
         self.identity_conflict = False  # another live node has this identity: a restart cannot help
+        self._refusals_stored: dict[str, int] = {}  # the swarm's refusal counters as last stored
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -195,7 +196,8 @@ class Node:
     def history(self, limit: int = 2000) -> dict[str, Any]:
         """The store's record, oldest first, for the GUI to rebuild its dashboards."""
         return {"rounds": self.store.rounds(limit=limit), "evals": self.store.evals(),
-                "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers()}
+                "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers(),
+                "frame_refusals": self.store.refusal_totals()}
 
     def machine(self) -> dict[str, Any]:
         from engine import doctor
@@ -249,6 +251,7 @@ class Node:
         from engine.swarm.service import SwarmService
 
         self._identity = Identity.load_or_create(self.config.data_dir)
+        self._refusals_stored = {}  # a new service counts from zero
         tokens = max(cfg.sampling.max_new_tokens for cfg in (self.config.sapo, self.config.real_sapo) if cfg)
         pool_cfg = dataclasses.replace(self.config.swarm.pool, max_completion_bytes=min(
             self.config.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
@@ -403,6 +406,19 @@ class Node:
         self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
+        self._store_refusals()
+
+    def _store_refusals(self) -> None:
+        """What the swarm refused since the last round goes to the store (frames; groups are rows of
+        `rollouts` already)."""
+        swarm = self._swarm
+        if swarm is None:
+            return
+        now = dict(swarm.stats()["refusals"])
+        last = self._refusals_stored
+        self._refusals_stored = now
+        delta = {reason: n - last.get(reason, 0) for reason, n in now.items() if n > last.get(reason, 0)}
+        self.store.record_refusals(delta)
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _set_state(self, state: str, detail: str = "") -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 ROLLOUT_STATUSES = ("pooled", "used", "dropped")
@@ -34,6 +34,8 @@ PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
 # correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
 # weight that round), and each specialty's curriculum rung.
 ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
+# Schema v4: `refusals`, frames the swarm refused (signature, schema, replay, rate ...) by reason over
+# time; groups dropped are rows of `rollouts`. (The table is created for older files too.)
 # Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
 # can roll back exactly the rounds a crash took from that model's weights.
 
@@ -57,6 +59,9 @@ CREATE TABLE IF NOT EXISTS rollouts (
     reward REAL
 );
 CREATE INDEX IF NOT EXISTS rollouts_peer ON rollouts(origin_peer);
+CREATE TABLE IF NOT EXISTS refusals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS peers (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, model TEXT NOT NULL, found_by TEXT NOT NULL,
     address TEXT NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
@@ -263,6 +268,23 @@ class Store:
             self._inserts_since_prune = 0
             self._write("DELETE FROM rollouts WHERE id <= (SELECT MAX(id) FROM rollouts) - ?",
                         (self.max_rollouts,))
+
+    def record_refusals(self, counts: Mapping[str, int], ts: float | None = None) -> None:
+        """Frames refused since the last call, by reason (rows with a zero count are skipped)."""
+        now = _finite(ts if ts is not None else time.time(), "ts")
+        rows = [(now, _text(reason, "reason", 64), _count(n, reason)) for reason, n in counts.items() if n]
+        if not rows:
+            return
+        with self._lock, self._db:
+            self._db.executemany("INSERT INTO refusals (ts, reason, count) VALUES (?, ?, ?)", rows)
+            self._db.execute("DELETE FROM refusals WHERE id <= (SELECT MAX(id) FROM refusals) - ?",
+                             (self.max_rollouts,))
+
+    def refusal_totals(self, since: float | None = None) -> dict[str, int]:
+        """{reason: frames refused} over the store's life (or since a time)."""
+        rows = self._read("SELECT reason, SUM(count) AS n FROM refusals WHERE ts >= ? GROUP BY reason",
+                          (since if since is not None else 0.0,))
+        return {r["reason"]: int(r["n"]) for r in rows}
 
     def rollouts(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest `limit` rollouts, newest first."""

@@ -180,6 +180,13 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
         health = node.status()["swarm"]
         assert health["groups_dropped"] == {"oversized": 1, "forged_ref": 1} and health["groups_received"] == 2
         assert health["frames_refused"] == {} and health["links"] == 0
+        from engine.swarm.errors import ProtocolError
+
+        with pytest.raises(ProtocolError):
+            node._swarm.protocol.open(b"{not json")  # a frame the swarm refuses ...
+        node._store_refusals()  # ... reaches the store (the worker does this after every round)
+        assert node.store.refusal_totals() == {"bad_json": 1}
+        assert node.history()["frame_refusals"] == {"bad_json": 1}
         await wait_for(lambda: node.finished.is_set())
         await node.leave()
 

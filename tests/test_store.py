@@ -19,7 +19,7 @@ def _metrics(x: float) -> dict[str, float]:
 def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
     path = tmp_path / "node.db"
     with Store(path) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         for r in range(1, 4):
             store.record_round(r, r, _metrics(r / 10), {"bf": r / 10}, {"generate": 0.5, "total": 1.0}, 8, 0,
                                ts=100.0 + r)
@@ -53,7 +53,7 @@ def test_a_v1_store_gains_the_format_and_rung_columns_and_keeps_its_rounds(tmp_p
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 3
+        assert store.schema_version == 4
         old = store.rounds()[0]
         assert old["reward_mean"] == 0.25 and old["rungs"] == {} and old["format_rate"] is None
         store.record_round(2, 2, {**_metrics(0.5), "format_rate": 0.75, "format_weight": 0.1}, {"bf": 0.5}, {}, 4, 0,
@@ -137,3 +137,16 @@ def test_a_resume_rolls_back_exactly_the_rounds_its_model_lost(tmp_path: Path) -
         assert [e["round"] for e in store.evals()] == [1, 2, 3, 5, 6]
         assert store.discard_rounds_after(3, "a") == [] and store.discard_rounds_after(0, "") == []
         assert store.rolled_back_total() == 2
+
+
+def test_frame_refusals_are_kept_by_reason_over_time(tmp_path: Path) -> None:
+    with Store(tmp_path / "node.db", max_rollouts=3) as store:
+        store.record_refusals({"bad_signature": 2, "stale": 0}, ts=10.0)
+        store.record_refusals({"bad_signature": 1, "duplicate": 4}, ts=20.0)
+        assert store.refusal_totals() == {"bad_signature": 3, "duplicate": 4}
+        assert store.refusal_totals(since=15.0) == {"bad_signature": 1, "duplicate": 4}
+        with pytest.raises(ValueError):
+            store.record_refusals({"x": -1})
+        for t in range(10):  # bounded like the rollouts table
+            store.record_refusals({"rate_limited": 1}, ts=30.0 + t)
+        assert store._read("SELECT COUNT(*) AS n FROM refusals")[0]["n"] <= 4
