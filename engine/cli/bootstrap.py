@@ -1,4 +1,5 @@
-"""`sapo bootstrap`: run a rendezvous + relay server for peers behind NAT (and a /status page)."""
+"""`sapo bootstrap`: the swarm's rendezvous, its board (an embedded, supervised nats-server) and a
+/status page."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("bootstrap", help="run a rendezvous + relay server for the swarm",
-                       description="Peers dial out to this server; it lists who is there and relays their "
-                       "signed rollout frames to each other. GET http://HOST:PORT/status shows peers, "
-                       "frames relayed and refusals.")
+    p = sub.add_parser("bootstrap", help="run the swarm's rendezvous and its board (an embedded nats-server)",
+                       description="Peers dial out to this server; it lists who is there, names the board "
+                       "(store one, fetch J) and issues each node a credential for its own board key. "
+                       "GET http://HOST:PORT/status shows peers, the board's figures and refusals.")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=7700, help="port to bind (default 7700; 0 = any free)")
-    p.add_argument("--link", action="append", default=[], metavar="URL",
-                   help="another bootstrap server to link with (ws://host:port); repeatable")
     p.add_argument("--max-connections", type=int, default=1000, help="peers at most (default 1000)")
     p.add_argument("--max-per-ip", type=int, default=32,
                    help="connections from one IP address at most (default 32; 0 = no cap, e.g. behind a proxy)")
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         limits = ProtocolLimits()
         if args.peer_rate is not None:
             limits = dataclasses.replace(limits, peer_rate_per_s=args.peer_rate)
-        config = BootstrapConfig(host=args.host, port=args.port, link_urls=tuple(args.link),
+        config = BootstrapConfig(host=args.host, port=args.port,
                                  max_connections=args.max_connections, max_connections_per_ip=args.max_per_ip,
                                  limits=limits)
         identity = Identity.load_or_create(args.data_dir) if args.data_dir else Identity.generate()

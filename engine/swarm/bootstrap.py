@@ -1,10 +1,12 @@
-"""The bootstrap server: rendezvous + relay for peers that cannot reach each other directly (NAT).
+"""The bootstrap server: the swarm's rendezvous and the board's credential issuer.
 
-Peers dial out to it; it answers with the peer list (`peers` frames, coalesced) and relays each
-rollout frame verbatim (original bytes, original signature) to every other peer and linked bootstrap,
-once: the shared replay guard drops a frame seen before, so a graph of linked bootstraps has no loops.
-Every frame is fully checked before it is relayed (signature, schema, limits, per-signer rate).
-`GET /status` answers JSON (peers, frames relayed, refusals) for a browser or curl.
+Peers dial out to it over a websocket; it answers with who is there (`peers` frames, coalesced; a
+bounded sample when there is a board), names the board (its data plane, in its hello) and hands each
+node a short-lived credential for its own board key (`creds` frames, renewed). Without a board
+(`sapo bootstrap --no-nats`, a LAN party) it relays each rollout frame verbatim to every other peer,
+fully checked first (signature, schema, limits, per-signer rate): O(N^2), which is why the board exists.
+Bootstraps do not link to each other: a swarm grows past one machine as a NATS cluster.
+`GET /status` answers JSON (peers, frames, refusals, the board's figures) for a browser or curl.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from websockets.http11 import Request, Response
 
 from engine.swarm import protocol as p
 from engine.swarm.config import BootstrapConfig
-from engine.swarm.errors import TransportError
 from engine.swarm.identity import Identity, name_for
-from engine.swarm.loops import Backoff, TaskSet
-from engine.swarm.transport import Link, dial, listen, server_port
+from engine.swarm.loops import TaskSet
+from engine.swarm.transport import Link, listen, server_port
 from engine.swarm.wire import Hello, PeerEntry
 
 PEERS_COALESCE_S = 0.1  # joins/leaves within this window produce one `peers` frame
@@ -58,8 +59,6 @@ class BootstrapServer:
         self._links: set[Link] = set()
         self._per_ip: dict[str, int] = {}  # remote IP -> open inbound connections
         self._nodes: dict[str, Link] = {}  # peer id -> open link of a node
-        self._bootstraps: set[Link] = set()  # open links to other bootstrap servers
-        self._remote: dict[Link, tuple[PeerEntry, ...]] = {}  # peers that linked bootstraps list
         self._tasks = TaskSet(lambda name, exc: log("error", f"task {name} failed: {exc!r}"))
         self._server: Server | None = None
         self._peers_dirty = asyncio.Event()
@@ -85,8 +84,6 @@ class BootstrapServer:
             self._tasks.spawn("credential renewal", self._renew_credentials())
         if self._monitor is not None:
             self._tasks.spawn("data plane figures", self._poll_data_plane())
-        for url in cfg.link_urls:
-            self._tasks.spawn(f"link {url}", self._link_loop(url))
         self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: "
                   f"{self.url.replace('ws://', 'http://')}/status)")
 
@@ -147,8 +144,6 @@ class BootstrapServer:
             "connections": len(self._links), "max_connections": self.config.max_connections,
             "max_connections_per_ip": self.config.max_connections_per_ip, "refused_per_ip": self.refused_per_ip,
             "peers": peers,
-            "linked_bootstraps": [{"id": link.peer_id, "address": link.address} for link in self._bootstraps],
-            "remote_peers": len({e.peer_id for entries in self._remote.values() for e in entries}),
             "frames": {"accepted": self.protocol.accepted, "rollouts": self.rollout_frames,
                        "relayed": self.frames_relayed,
                        "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
@@ -186,28 +181,6 @@ class BootstrapServer:
             if link.peer_id is not None and self._nodes.get(link.peer_id) is link:
                 del self._nodes[link.peer_id]
                 self._peers_dirty.set()
-            if link in self._bootstraps:
-                self._bootstraps.discard(link)
-                self._remote.pop(link, None)
-                self._peers_dirty.set()
-
-    async def _link_loop(self, url: str) -> None:
-        """Keep a link to another bootstrap up."""
-        backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
-        while not self._stopping:
-            try:
-                ws = await dial(url, self.config.limits, self.config.link)
-            except TransportError as exc:
-                self._log("warning", f"link: {exc}")
-                await asyncio.sleep(backoff.next())
-                continue
-            link = self._new_link(ws, True, url)
-            await self._run_link(link)
-            if link.close_reason == "self":
-                return
-            if time.time() - link.opened_at > 10.0:
-                backoff.reset()
-            await asyncio.sleep(backoff.next())
 
     async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
         for event in events:
@@ -215,10 +188,6 @@ class BootstrapServer:
                 self._relay(link, event.envelope)
             elif isinstance(event, p.HelloReceived):
                 await self._hello(link, event)
-            elif isinstance(event, p.PeersReceived):
-                if link in self._bootstraps:
-                    self._remote[link] = event.peers
-                    self._peers_dirty.set()
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
                 await link.close("self connection", bye=False)
@@ -235,10 +204,8 @@ class BootstrapServer:
             self.frames_relayed += 1
 
     async def _hello(self, link: Link, event: p.HelloReceived) -> None:
-        if event.hello.role == "bootstrap":
-            self._bootstraps.add(link)
-            link.send(self._peers_frame(local_only=True))
-            self._log("info", f"linked with bootstrap {name_for(event.peer_id)} at {link.address}")
+        if event.hello.role == "bootstrap":  # federations of bootstraps are gone: NATS clusters scale
+            await link.close("bootstraps do not link; run a NATS cluster to grow past one machine")
             return
         old = self._nodes.get(event.peer_id)
         if old is not None and old is not link and old.hello is not None:
@@ -291,16 +258,12 @@ class BootstrapServer:
                     self._send_credential(peer_id, link)
 
     # --- peer lists -----------------------------------------------------------------------------------
-    def _peers_frame(self, local_only: bool) -> bytes:
+    def _peers_frame(self) -> bytes:
         entries: dict[str, PeerEntry] = {}
         for pid, link in self._nodes.items():
             hello = link.hello
             if hello is not None:
                 entries[pid] = PeerEntry(pid, hello.model, hello.tasks, hello.listen)
-        if not local_only:
-            for remote in self._remote.values():
-                for entry in remote:
-                    entries.setdefault(entry.peer_id, entry)
         cap = self.config.limits.max_peers_per_frame
         if self.config.peers_sample:
             cap = min(cap, self.config.peers_sample)
@@ -312,13 +275,9 @@ class BootstrapServer:
             await self._peers_dirty.wait()
             await asyncio.sleep(max(PEERS_COALESCE_S, self.config.peers_min_interval_s))
             self._peers_dirty.clear()
-            full = self._peers_frame(local_only=False)
+            full = self._peers_frame()
             for link in list(self._nodes.values()):
                 link.send(full)
-            if self._bootstraps:
-                local = self._peers_frame(local_only=True)
-                for link in list(self._bootstraps):
-                    link.send(local)
 
 
 def _monitor_figures(base: str, timeout_s: float = 2.0) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -175,7 +175,6 @@ class BootstrapConfig:
 
     host: str = "0.0.0.0"  # address to bind
     port: int = 7700  # port to bind (0 = any free)
-    link_urls: tuple[str, ...] = ()  # other bootstrap servers to link to (relay both ways)
     board_urls: tuple[str, ...] = ()  # the data plane it names to nodes (nats://; host 0.0.0.0 = ours)
     # Membership lists: with a board, nodes need no full list (they fetch from the board and learn the
     # swarm's size there), so a list is a sample of the newest nodes, pushed at most this often: a
@@ -192,10 +191,6 @@ class BootstrapConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"BootstrapConfig.port must be 0..65535, got {self.port!r}")
-        if not isinstance(self.link_urls, tuple):
-            raise ValueError("BootstrapConfig.link_urls must be a tuple of URLs")  # noqa: TRY004
-        for url in self.link_urls:
-            _ws_url("BootstrapConfig", url)
         _board_urls("BootstrapConfig", self.board_urls)
         if isinstance(self.peers_sample, bool) or not isinstance(self.peers_sample, int) or self.peers_sample < 0:
             raise ValueError("BootstrapConfig.peers_sample must be an int >= 0")

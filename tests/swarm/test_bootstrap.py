@@ -177,28 +177,22 @@ async def test_restarted_node_replaces_its_frozen_link() -> None:
 
 
 @async_test
-async def test_linked_bootstraps_relay_once() -> None:
+async def test_bootstraps_do_not_link() -> None:
+    """Federations of bootstraps are gone (a NATS cluster is how a swarm grows): a bootstrap that
+    dials another as if it were a node gets its link closed, and nothing is relayed through it."""
     b1 = await start_bootstrap()
-    b2 = await start_bootstrap(link_urls=(b1.url,))
-    a = Node(swarm_config(listen=False, bootstrap_urls=(b1.url,)))
-    b = Node(swarm_config(listen=False, bootstrap_urls=(b2.url,)))
-    c = Node(swarm_config(listen=False, bootstrap_urls=(b1.url, b2.url)))  # on both: gets each frame twice
     try:
-        for node in (a, b, c):
-            await node.service.start()
-        everyone = {n.identity.peer_id for n in (a, b, c)}
-        await wait_for(lambda: a.peer_ids() == everyone - {a.identity.peer_id}, what="a sees b and c")
-        await wait_for(lambda: b.peer_ids() == everyone - {b.identity.peer_id}, what="b sees a and c")
-        await a.service.publish(real_groups(a.identity.peer_id, 2, seed=3))
-        await wait_for(lambda: len(b.pool) == 2 and len(c.pool) == 2, what="relayed across the link")
-        await asyncio.sleep(0.3)
-        assert c.pool.stats()["received"] == 2  # the second copy died in the replay guard
-        assert c.service.stats()["refusals"] == {"duplicate": 1}
-        assert (await status(b2))["linked_bootstraps"] and (await status(b1))["linked_bootstraps"]
+        liar = SwarmProtocol(Identity.generate(), b1.protocol.limits)
+        from engine.swarm.wire import Hello
+
+        async with connect(b1.url, compression=None) as ws:
+            hello = Hello(liar.identity.instance, "bootstrap", "", "", None).to_wire()
+            await ws.send(liar.encode("hello", {**hello, "started": 0.0}), text=True)
+            with pytest.raises(Exception):  # noqa: B017 -- closed by the server
+                for _ in range(5):
+                    await asyncio.wait_for(ws.recv(), 5)
+        assert registered(b1) == 0
     finally:
-        for node in (a, b, c):
-            await node.service.stop()
-        await b2.stop()
         await b1.stop()
 
 

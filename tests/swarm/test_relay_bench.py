@@ -30,6 +30,6 @@ def test_bootstrap_command_rejects_bad_arguments() -> None:
     proc = subprocess.run([sys.executable, "-m", "engine", "bootstrap", "--port", "70000"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 2 and "BootstrapConfig.port must be 0..65535" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "engine", "bootstrap", "--link", "http://x"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "engine", "bootstrap", "--nats", "http://x"], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
-    assert proc.returncode == 2 and "not a ws:// or wss:// URL" in proc.stderr
+    assert proc.returncode == 2 and "board_urls must be a tuple" in proc.stderr
