@@ -38,7 +38,10 @@ class RolloutGroup:
 
     completions:          L decoded completion texts (the model's answer after the prompt).
     generator_logprobs:   optional, per completion: the generator's per-token log-probs of its own
-                          sampled tokens, in its own tokenization. Untrusted when remote.
+                          sampled tokens, in its own tokenization (local groups).
+    logprob_summary:      optional, per completion: (sum, tokens, lowest token) of those log-probs:
+                          what travels on the wire, since receivers use only the sums (and the lowest
+                          value to check the claim). Untrusted when remote.
     rewards:              per completion, as scored by *this* node's verifier; None until scored.
     """
 
@@ -48,6 +51,7 @@ class RolloutGroup:
     provenance: Provenance
     generator_logprobs: tuple[tuple[float, ...], ...] | None = None
     rewards: tuple[float, ...] | None = None
+    logprob_summary: tuple[tuple[float, int, float], ...] | None = None
 
     @property
     def is_local(self) -> bool:
@@ -62,6 +66,11 @@ class RolloutGroup:
 
     def generator_logprob_sums(self) -> tuple[float, ...] | None:
         """Sequence log-prob per completion: comparable across tokenizations of the same text."""
-        if self.generator_logprobs is None:
-            return None
-        return tuple(math.fsum(lp) for lp in self.generator_logprobs)
+        summary = self.summarized_logprobs()
+        return None if summary is None else tuple(total for total, _, _ in summary)
+
+    def summarized_logprobs(self) -> tuple[tuple[float, int, float], ...] | None:
+        """(sum, tokens, lowest token) per completion, from the per-token values where this node has them."""
+        if self.generator_logprobs is not None:
+            return tuple((math.fsum(lp), len(lp), min(lp, default=0.0)) for lp in self.generator_logprobs)
+        return self.logprob_summary

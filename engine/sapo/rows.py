@@ -59,7 +59,7 @@ def receiver_view(group: RolloutGroup, tokenizer: Any, eos_id: int,
                   for row, text in zip(ids, group.completions))
     if texts == group.completions:
         return group, ids, False
-    return replace(group, completions=texts, rewards=None, generator_logprobs=None), ids, True
+    return replace(group, completions=texts, rewards=None, generator_logprobs=None, logprob_summary=None), ids, True
 
 
 def advantages_of(group: RolloutGroup, eps: float) -> list[float]:
@@ -81,12 +81,14 @@ def local_rows(groups: Sequence[LocalGroup], tokenizer: Any, eps: float) -> list
 def claimed_logprob_sums(group: RolloutGroup) -> tuple[float, ...] | None:
     """The generator's sequence log-probs, if the claim is plausible: one finite value per token in
     [MIN_TOKEN_LOGPROB, 0] (a peer claiming -1e6 would otherwise win the largest importance weight)."""
-    lps = group.generator_logprobs
-    if lps is None or len(lps) != len(group.completions):
+    summary = group.summarized_logprobs()
+    if summary is None or len(summary) != len(group.completions):
         return None
-    if not all(math.isfinite(v) and MIN_TOKEN_LOGPROB <= v <= 0.0 for row in lps for v in row):
-        return None
-    return group.generator_logprob_sums()
+    for total, tokens, lowest in summary:  # every token in [MIN, 0] <=> the lowest is, and the sum fits
+        if not (math.isfinite(total) and math.isfinite(lowest) and MIN_TOKEN_LOGPROB <= lowest <= 0.0
+                and tokens * MIN_TOKEN_LOGPROB <= total <= 0.0 and (tokens > 0 or total == 0.0)):
+            return None
+    return tuple(total for total, _, _ in summary)
 
 
 def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], token_ids: Sequence[Sequence[tuple[int, ...]]],

@@ -115,8 +115,8 @@ class SwarmProtocol:
         for group in groups:
             wire = group_to_wire(group)
             wire_size = len(canonical(wire)) + 1
-            if wire_size > budget and "generator_logprobs" in wire:
-                del wire["generator_logprobs"]
+            if wire_size > budget and "logprob_summary" in wire:
+                del wire["logprob_summary"]
                 wire_size = len(canonical(wire)) + 1
             if wire_size > budget:
                 raise ValueError("a rollout group exceeds the frame size limit even without log-probs")

@@ -135,8 +135,9 @@ def group_to_wire(group: RolloutGroup) -> dict[str, Any]:
                        "policy_version": prov.policy_version, "round": prov.round,
                        "created_at": prov.created_at},
     }
-    if group.generator_logprobs is not None:
-        obj["generator_logprobs"] = [list(lp) for lp in group.generator_logprobs]
+    summary = group.summarized_logprobs()
+    if summary is not None:  # receivers use only the sums: (sum, tokens, lowest) per completion, not every token
+        obj["logprob_summary"] = [[total, tokens, lowest] for total, tokens, lowest in summary]
     return obj
 
 
@@ -169,8 +170,28 @@ def group_from_wire(obj: Any, limits: ProtocolLimits, signer: str | None = None)
         created_at=created_at,
     )
     logprobs = _logprobs_from_wire(data.get("generator_logprobs"), len(completions), limits)
+    summary = _summary_from_wire(data.get("logprob_summary"), len(completions), limits)
     return RolloutGroup(ref=ref, question_hash=qhash, completions=completions, provenance=provenance,
-                        generator_logprobs=logprobs)
+                        generator_logprobs=logprobs, logprob_summary=summary)
+
+
+def _summary_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[tuple[float, int, float], ...] | None:
+    if value is None:
+        return None
+    rows = need_list(value, "logprob_summary", count)
+    if len(rows) != count:
+        raise ProtocolError("bad_schema", "logprob_summary needs one entry per completion")
+    out = []
+    for row in rows:
+        items = need_list(row, "logprob_summary[i]", 3)
+        if len(items) != 3:
+            raise ProtocolError("bad_schema", "logprob_summary entries are [sum, tokens, lowest]")
+        total, lowest = need_number(items[0], "log-prob sum"), need_number(items[2], "lowest log-prob")
+        tokens = need_int(items[1], "tokens", 0, limits.max_logprobs_per_completion)
+        if total > 1e-3 or lowest > 1e-3:  # log-probabilities are <= 0 (allow float rounding)
+            raise ProtocolError("bad_schema", "a log-prob is positive")
+        out.append((min(total, 0.0), tokens, min(lowest, 0.0)))
+    return tuple(out)
 
 
 def _logprobs_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[tuple[float, ...], ...] | None:

@@ -68,3 +68,19 @@ def test_a_completion_past_the_token_cap_is_cut_and_carries_the_cut_text(tok: An
     assert view.completions[1] == tok.decode(list(ids[1])) and "<answer>" not in view.completions[1]
     same, same_ids, was_cut = receiver_view(group, tok, tok.eos_token_id, 100_000)
     assert same is group and not was_cut and same_ids[1][-1] == tok.eos_token_id
+
+
+def test_claims_from_a_wire_summary_are_checked_like_per_token_ones() -> None:
+    from engine.sapo.rows import claimed_logprob_sums
+
+    ref = TaskRef("basic_arithmetic", {}, 1, 2)
+    prov = Provenance("peer", "m", 1, 1, 0.0)
+
+    def claim(*summary: tuple[float, int, float]) -> tuple[float, ...] | None:
+        return claimed_logprob_sums(RolloutGroup(ref, "h", ("a", "bb"), prov, logprob_summary=summary))
+
+    assert claim((-1.0, 1, -1.0), (-1.0, 2, -0.5)) == (-1.0, -1.0)
+    assert claim((-1.0, 1, -1.0), (-100.0, 2, -50.0)) is None  # a token below -30 nats
+    assert claim((-1.0, 1, -1.0), (-61.0, 2, -29.0)) is None  # a sum no two tokens in [-30, 0] make
+    assert claim((-1.0, 1, -1.0), (-1.0, 0, 0.0)) is None  # a sum from no tokens
+    assert claim((-1.0, 1, -1.0)) is None  # one claim for two completions

@@ -10,6 +10,7 @@ import pytest
 from swarm_helpers import frame_dict, make_group, signed_frame
 
 from engine.swarm.config import ProtocolLimits
+from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
 from engine.swarm.protocol import (
     ByeReceived,
@@ -69,7 +70,10 @@ def test_rollouts_round_trip_and_rewards_never_travel(alice: Identity, bob: Iden
     event = only(rx.receive(frame))
     assert isinstance(event, RolloutsReceived)
     [got] = event.groups
-    assert got == replace(sent, rewards=None)
+    # Per-token log-probs stay home: (sum, tokens, lowest) per completion is what receivers use.
+    assert got == replace(sent, rewards=None, generator_logprobs=None,
+                          logprob_summary=((-1.75, 2, -1.25), (-0.125, 1, -0.125)))
+    assert got.generator_logprob_sums() == sent.generator_logprob_sums() == (-1.75, -0.125)
     assert event.envelope.raw == frame and event.envelope.sender == alice.peer_id
 
 
@@ -330,12 +334,25 @@ def test_encode_rollouts_splits_by_count_and_size(alice: Identity, bob: Identity
     assert len(many) == 3
 
 
-def test_oversize_logprobs_are_left_out(alice: Identity) -> None:
+def test_log_probs_cost_the_wire_per_completion_not_per_token(alice: Identity) -> None:
+    """2 x 2,000 per-token values (~48 KB as JSON) travel as two (sum, tokens, lowest) triples."""
     limits = ProtocolLimits(max_frame_bytes=16 * 1024)
     tx = SwarmProtocol(alice, limits)
     group = make_group(alice.peer_id, completions=("a", "b"), logprobs=((-0.123456789,) * 2000,) * 2)
     [frame] = tx.encode_rollouts([group])
-    assert len(frame) <= limits.max_frame_bytes and b"generator_logprobs" not in frame
+    assert len(frame) < 2048 and b"generator_logprobs" not in frame and b'"logprob_summary"' in frame
+    got = group_from_wire(json.loads(frame)["body"]["groups"][0], limits)
+    assert got.logprob_summary is not None and got.logprob_summary[0][1] == 2000
+    assert got.generator_logprob_sums() == pytest.approx(group.generator_logprob_sums())
+
+
+@pytest.mark.parametrize("summary", [[[-1.0, 1, -1.0]], [[-1.0, 1]], [[0.5, 1, -1.0], [-1.0, 1, -1.0]],
+                                     [[-1.0, -2, -1.0], [-1.0, 1, -1.0]], [["x", 1, -1.0], [-1.0, 1, -1.0]]])
+def test_malformed_log_prob_summaries_are_refused(alice: Identity, summary: list) -> None:
+    wire = group_to_wire(make_group(alice.peer_id))
+    wire["logprob_summary"] = summary
+    with pytest.raises(ProtocolError):
+        group_from_wire(wire, ProtocolLimits())
 
 
 def test_random_mutations_never_raise(alice: Identity, bob: Identity) -> None:
