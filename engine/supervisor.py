@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.control.launcher import ENGINE_LOG, log_tail
+
 CRASH_FILE = "last_crash.json"
-ENGINE_LOG = "engine.log"
 LOG_ROTATE_BYTES = 16 * 2**20  # engine.log moves to engine.log.1 past this at a (re)start
 MAX_REASON = 500
 EXIT_ENGINE_CRASHED = 70  # EX_SOFTWARE: the engine's training crashed; the supervisor restarts it
@@ -73,7 +74,7 @@ _SIGNAL_HINTS = {
 }
 
 
-def crash_reason(exit_code: int, log_tail: str) -> str:
+def crash_reason(exit_code: int, tail: str) -> str:
     """Why a run ended, in one line: the signal, or the last exception line of its log."""
     if exit_code < 0:
         try:
@@ -81,7 +82,7 @@ def crash_reason(exit_code: int, log_tail: str) -> str:
         except ValueError:
             name = f"signal {-exit_code}"
         return _SIGNAL_HINTS.get(name, f"killed by {name}")
-    lines = [ln.strip() for ln in log_tail.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
     for line in reversed(lines):
         head = line.split(":", 1)[0]
         if head.endswith(("Error", "Exception", "Interrupt", "Exit")) and " " not in head:
@@ -141,16 +142,6 @@ def crash_text(crash: dict[str, Any] | None, now: float | None = None) -> str:
     return f"The engine stopped at {when}: {crash['reason']}; {then}."
 
 
-def log_tail(data_dir: Path, max_bytes: int = 16384) -> str:
-    path = _log_dir(data_dir) / ENGINE_LOG
-    try:
-        with path.open("rb") as fh:
-            fh.seek(max(0, path.stat().st_size - max_bytes))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _rotate(log: Path) -> None:
     try:
         if log.stat().st_size > LOG_ROTATE_BYTES:
@@ -202,7 +193,8 @@ class Supervisor:
             ran = self.clock() - started
             fast = fast + 1 if ran < self.cfg.healthy_after_s else 1
             delay = None if code in NO_RESTART_CODES else restart_delay(fast, self.cfg)
-            record = CrashRecord(ts=time.time(), exit_code=code, reason=crash_reason(code, log_tail(self.data_dir)),
+            reason = crash_reason(code, log_tail(self.data_dir, lines=400))
+            record = CrashRecord(ts=time.time(), exit_code=code, reason=reason,
                                  ran_s=round(ran, 3), restarts=self.restarts, gave_up=delay is None,
                                  next_restart_s=0.0 if delay is None else delay)
             write_crash(self.data_dir, record)

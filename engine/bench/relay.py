@@ -78,8 +78,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _measure(url: str, peers_n: int, rate: float, seconds: float, warmup: float, pid: int) -> dict[str, Any]:
-    import psutil
+async def connect_peer(url: str) -> tuple[Any, Any]:
+    """A simulated peer on a bootstrap: a fresh identity, its websocket, its hello sent -> (protocol, ws)."""
     from websockets.asyncio.client import connect
 
     from engine.swarm.config import ProtocolLimits
@@ -88,12 +88,19 @@ async def _measure(url: str, peers_n: int, rate: float, seconds: float, warmup: 
     from engine.swarm.wire import Hello
 
     limits = ProtocolLimits()
+    protocol = SwarmProtocol(Identity.generate(), limits)
+    ws = await connect(url, compression=None, max_size=limits.max_frame_bytes, max_queue=None)
+    hello = Hello(protocol.identity.instance, "node", "seed", "bench", None).to_wire()
+    await ws.send(protocol.encode("hello", {**hello, "started": time.time()}), text=True)
+    return protocol, ws
+
+
+async def _measure(url: str, peers_n: int, rate: float, seconds: float, warmup: float, pid: int) -> dict[str, Any]:
+    import psutil
+
     peers = []
     for _ in range(peers_n):
-        protocol = SwarmProtocol(Identity.generate(), limits)
-        ws = await connect(url, compression=None, max_size=limits.max_frame_bytes, max_queue=None)
-        hello = Hello(protocol.identity.instance, "node", "seed", "bench", None).to_wire()
-        await ws.send(protocol.encode("hello", {**hello, "started": time.time()}), text=True)
+        protocol, ws = await connect_peer(url)
         peers.append(_Peer(ws, protocol))
     readers = [asyncio.create_task(p.read()) for p in peers]
     await asyncio.sleep(0.5)  # peer lists settle

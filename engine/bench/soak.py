@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,12 +27,6 @@ from engine.paths import BENCH_DIR, REPO_ROOT
 DESCRIPTION = "a node and two peers for hours: RSS, descriptors, threads, store and pool over time"
 LONG = True
 RSS_SLOPE_TARGET_MIB_PER_H = 1.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_http(url: str, timeout_s: float = 60.0) -> None:
@@ -133,7 +126,9 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
         psutil.Process(proc.pid).nice(nice)  # its children (none today) would inherit it
         return proc
 
-    port = _free_port()
+    from engine.swarm.nats_server import free_port
+
+    port = free_port()
     procs: dict[str, subprocess.Popen[bytes]] = {}
     samples: list[dict[str, Any]] = []
     crashed = ""

@@ -186,21 +186,13 @@ def _board_point(n: int, period_s: float, rounds: int, workers: int) -> dict[str
 # --- the relay arm --------------------------------------------------------------------------------
 
 async def _relay_nodes(url: str, n: int, period_s: float, rounds: int) -> dict[str, Any]:
-    from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    from engine.swarm.config import ProtocolLimits
-    from engine.swarm.identity import Identity
-    from engine.swarm.protocol import SwarmProtocol
-    from engine.swarm.wire import Hello
+    from engine.bench.relay import connect_peer
 
-    limits = ProtocolLimits()
     nodes = []
     for _ in range(n):
-        proto = SwarmProtocol(Identity.generate(), limits)
-        ws = await connect(url, compression=None, max_size=limits.max_frame_bytes, max_queue=None)
-        hello = Hello(proto.identity.instance, "node", "seed", "bench", None).to_wire()
-        await ws.send(proto.encode("hello", {**hello, "started": time.time()}), text=True)
+        proto, ws = await connect_peer(url)
         nodes.append({"proto": proto, "ws": ws, "bytes": 0, "frames": 0, "lat": []})
     measuring = {"on": False}
 
