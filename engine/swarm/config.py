@@ -81,11 +81,18 @@ class PoolConfig:
     # A completion longer than this (UTF-8 bytes) is not one this node could have generated: refused before
     # any scoring. The node sets it from its own token cap (BYTES_PER_TOKEN x max_new_tokens).
     max_completion_bytes: int = 8192
+    # CPU seconds per minute re-scoring may spend on one origin's groups, and on all origins together
+    # (regenerating a question and verifying its completions: an honest group costs ~1 ms). A group is
+    # admitted while its origin and the whole pool have credit; its measured cost is then charged, so a
+    # crafted expensive group stops its sender (and a crowd of fresh identities) within one group.
+    rescore_cpu_s_per_peer: float = 3.0
+    rescore_cpu_s_total: float = 12.0
 
     def __post_init__(self) -> None:
         _positive("PoolConfig", capacity=self.capacity, max_peer_share=self.max_peer_share,
                   max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history,
-                  max_completion_bytes=self.max_completion_bytes)
+                  max_completion_bytes=self.max_completion_bytes, rescore_cpu_s_per_peer=self.rescore_cpu_s_per_peer,
+                  rescore_cpu_s_total=self.rescore_cpu_s_total)
         for name in ("capacity", "max_policy_lag", "max_uses", "history", "max_completion_bytes"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise ValueError(f"PoolConfig.{name} must be an int")  # noqa: TRY004 - config convention

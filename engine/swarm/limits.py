@@ -32,6 +32,16 @@ class TokenBucket:
             return True
         return False
 
+    def has_credit(self, now: float) -> bool:
+        """Whether any token is left (for costs known only afterwards: admit, then `charge`)."""
+        self.take(now, 0.0)  # refill
+        return self.tokens > 0
+
+    def charge(self, now: float, cost: float) -> None:
+        """Spend `cost` measured after the fact; the debt (down to -burst) is paid off by refill."""
+        self.take(now, 0.0)
+        self.tokens = max(-self.burst, self.tokens - cost)
+
 
 class KeyedBuckets:
     """One token bucket per key (peer id, link), LRU-bounded so memory stays flat under churn."""
@@ -41,16 +51,19 @@ class KeyedBuckets:
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
 
     def take(self, key: str, now: float, cost: float = 1.0) -> bool:
+        # Forgetting a bucket refills it: acceptable, since eviction needs max_keys other senders.
+        return self.bucket(key, now).take(now, cost)
+
+    def bucket(self, key: str, now: float) -> TokenBucket:
+        """The key's bucket (a new, full one for a new key), marked most recently used."""
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = TokenBucket.full(self.rate, self.burst, now)
-            self._buckets[key] = bucket
+            bucket = self._buckets[key] = TokenBucket.full(self.rate, self.burst, now)
             if len(self._buckets) > self.max_keys:
-                # Forgetting a bucket refills it: acceptable, since eviction needs max_keys other senders.
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(key)
-        return bucket.take(now, cost)
+        return bucket
 
     def __len__(self) -> int:
         return len(self._buckets)

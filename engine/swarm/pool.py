@@ -22,12 +22,14 @@ from typing import Any
 
 from engine.sapo.records import RolloutGroup
 from engine.swarm.config import PoolConfig
+from engine.swarm.limits import KeyedBuckets, TokenBucket
 
 # Why a group left (or never entered) the pool.
 DROP_REASONS = (
     "local_group",  # a group of our own: the pool holds peers' groups only
     "duplicate",  # same content as a group already received
     "oversized",  # a completion longer than this node could generate (PoolConfig.max_completion_bytes)
+    "over_cpu_budget",  # its origin (or all origins together) spent the minute's re-scoring CPU
     "forged_ref",  # the reference does not regenerate a question with that hash (or is unknown)
     "rescore_error",  # the local verifier failed on it (logged with the error type)
     "stale_policy",  # generated too many policy versions before its origin's newest
@@ -101,6 +103,11 @@ class RolloutPool:
         self._history: deque[PoolDecision] = deque(maxlen=config.history)
         self._totals: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
+        # Re-scoring CPU credit (seconds), refilled per minute; per origin and for the whole pool.
+        self._cpu_peer = KeyedBuckets(config.rescore_cpu_s_per_peer / 60, config.rescore_cpu_s_per_peer,
+                                      MAX_TRACKED_PEERS)
+        self._cpu_total = TokenBucket.full(config.rescore_cpu_s_total / 60, config.rescore_cpu_s_total, clock())
+        self.rescore_cpu_s = 0.0  # CPU seconds re-scoring has spent (all origins)
 
     # --- writers ------------------------------------------------------------------------------------
     def offer(self, group: RolloutGroup, peer_name: str = "") -> PoolDecision:
@@ -116,10 +123,17 @@ class RolloutPool:
                 self._remember(key)  # claimed now, so a copy arriving while we score is a duplicate
         if early is not None:
             return self._decided([self._drop(group, peer_name, early)])
+        cpu0 = time.thread_time()  # this thread's CPU: waiting for a core under load is not charged
         try:
             scored = self._rescore(group)
         except Exception as exc:  # noqa: BLE001 - a verifier bug must cost one group, not the link
-            return self._decided([self._drop(group, peer_name, "rescore_error", type(exc).__name__)])
+            scored, error = None, type(exc).__name__
+        else:
+            error = ""
+        finally:
+            self._charge(group.provenance.origin_peer, time.thread_time() - cpu0)
+        if error:
+            return self._decided([self._drop(group, peer_name, "rescore_error", error)])
         if scored is None:
             return self._decided([self._drop(group, peer_name, "forged_ref")])
         if scored.rewards is None or len(scored.rewards) != len(group.completions):
@@ -171,6 +185,7 @@ class RolloutPool:
                 "pooled": self._totals["pooled"],
                 "used": self._totals["used"],
                 "dropped": dict(self._dropped),
+                "rescore_cpu_s": self.rescore_cpu_s,
                 "per_peer": {pid: s.as_dict(in_pool[pid]) for pid, s in self._peers.items()},
             }
 
@@ -199,11 +214,25 @@ class RolloutPool:
         cap = self.config.max_completion_bytes
         if any(len(c) > cap or len(c.encode("utf-8", "surrogatepass")) > cap for c in group.completions):
             return "oversized"
+        now = self._clock()
+        credit = self._cpu_peer.bucket(group.provenance.origin_peer, now)
+        # With the pool's minute spent, only origins that themselves spent little are still scored:
+        # the heavy spenders (a CPU bomb, a crowd of its identities) wait, honest peers don't.
+        if not credit.has_credit(now) or not (self._cpu_total.has_credit(now) or credit.tokens >= credit.burst / 2):
+            return "over_cpu_budget"
         version = group.provenance.policy_version
         stats.newest_policy = max(stats.newest_policy, version)
         if version + self.config.max_policy_lag < stats.newest_policy:
             return "stale_policy"
         return None
+
+    def _charge(self, peer: str, seconds: float) -> None:
+        """Lock NOT held by the caller."""
+        with self._lock:
+            now = self._clock()
+            self.rescore_cpu_s += seconds
+            self._cpu_peer.bucket(peer, now).charge(now, seconds)
+            self._cpu_total.charge(now, seconds)
 
     def _remember(self, key: str) -> None:
         self._seen[key] = None

@@ -187,3 +187,43 @@ def test_concurrent_offers_and_reads() -> None:
 def test_config_validation(bad: dict) -> None:
     with pytest.raises(ValueError, match="PoolConfig"):
         PoolConfig(**bad)
+
+
+def _burn(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_rescoring_cpu_is_budgeted_per_origin_and_refills() -> None:
+    """A peer whose groups are expensive to score is stopped by the CPU it spent, not by a count;
+    another origin is still scored, and the credit comes back with time."""
+    clock = Clock()
+    costly = {PEER_A: 0.06, PEER_B: 0.0}
+
+    def rescore(group):  # the real verifier's cost, exaggerated for one origin
+        _burn(costly[group.provenance.origin_peer])
+        return group.with_rewards(tuple(0.0 for _ in group.completions))
+
+    pool = RolloutPool(PoolConfig(rescore_cpu_s_per_peer=0.1, rescore_cpu_s_total=10.0), rescore, clock=clock)
+    reasons = [pool.offer(make_group(PEER_A, i)).reason for i in range(6)]
+    assert reasons[:2] == ["", ""] and set(reasons[2:]) == {"over_cpu_budget"}  # 0.12 s spent of 0.1
+    assert pool.offer(make_group(PEER_B, 99)).status == "pooled"
+    assert pool.stats()["dropped"]["over_cpu_budget"] == 4 and pool.stats()["rescore_cpu_s"] >= 0.12
+    clock.now += 60.0  # a minute later the debt is paid and credit is back
+    assert pool.offer(make_group(PEER_A, 10)).status == "pooled"
+
+
+def test_with_the_pools_minute_spent_only_light_origins_are_scored() -> None:
+    clock = Clock()
+    heavy = [Identity.generate().peer_id for _ in range(4)]  # one attacker's identities
+
+    def rescore(group):
+        _burn(0.0 if group.provenance.origin_peer == PEER_B else 0.05)
+        return group.with_rewards(tuple(0.0 for _ in group.completions))
+
+    pool = RolloutPool(PoolConfig(rescore_cpu_s_per_peer=0.08, rescore_cpu_s_total=0.1), rescore, clock=clock)
+    for i, sybil in enumerate(heavy):  # each fresh identity gets one group in, then the total is gone
+        pool.offer(make_group(sybil, i))
+    assert [pool.offer(make_group(s, 10 + i)).reason for i, s in enumerate(heavy)] == ["over_cpu_budget"] * 4
+    assert pool.offer(make_group(PEER_B, 99)).status == "pooled"  # an honest peer is not starved
