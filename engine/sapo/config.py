@@ -24,6 +24,7 @@ from typing import Any
 from engine.models.generate import SampleConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
+from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.sampler import SAMPLERS
 from engine.tasks.curriculum import CurriculumConfig
 from engine.tasks.prompts import MAX_SHOTS, PROMPT_STYLES
@@ -73,6 +74,7 @@ class SapoConfig:
     # At most ceil(J x this) of a round's external groups from one origin peer. 1 = the paper's uniform
     # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
     max_origin_share: float = 1.0
+    repeated_text: RepeatedTextConfig = field(default_factory=RepeatedTextConfig)  # peers' unexplained repeats
     sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
     partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
     prompt_style: str = "compact"  # task prompt template: engine.tasks.prompts.PROMPT_STYLES
@@ -140,6 +142,8 @@ class SapoConfig:
         _int("prompt_shots", self.prompt_shots, 0, MAX_SHOTS)
         if not isinstance(self.curriculum, CurriculumConfig):
             raise ValueError("curriculum must be a CurriculumConfig")  # noqa: TRY004 (ValueError for every bad input)
+        if not isinstance(self.repeated_text, RepeatedTextConfig):
+            raise ValueError("repeated_text must be a RepeatedTextConfig")  # noqa: TRY004 (ValueError for every bad input)
         _float("format_reward", self.format_reward, 0.0, 1.0)
         _int("format_reward_rounds", self.format_reward_rounds, 0)
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
@@ -176,7 +180,8 @@ class SapoConfig:
         if unknown:
             raise ValueError(f"unknown sapo config keys: {unknown}")
         values = dict(data)
-        for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig)):
+        for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig),
+                            ("repeated_text", RepeatedTextConfig)):
             if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
                 fields = {f.name for f in dataclasses.fields(nested)}
                 if set(values[key]) - fields:

@@ -31,6 +31,7 @@ from engine.sapo.rows import (
     rollout_metrics,
     score_group,
 )
+from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
@@ -39,6 +40,7 @@ from engine.tasks.prompts import PromptBuilder, PromptSpec
 
 DROP_QUESTION_MISMATCH = "question_mismatch"
 DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
+DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Trainer:
         # The exact prompt text per question (chat template applied here for chat models).
         self.prompt = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tokenizer)
         self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
+        self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
         self._heldout: list[Any] | None = None
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
@@ -134,9 +137,17 @@ class Trainer:
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
             self.curriculum.observe(q.specialty, group.rewards or ())
+            self.repeated_text.observe_own(group.completions, q.text)
         t_score = time.perf_counter()
 
         external = [shape_rewards(g, weight) for g in external]  # unscored ones stay as they are
+        if cfg.repeated_text.enabled:
+            for g in external:  # every candidate counts towards its origin's habits, once
+                if not g.is_local and self.repeated_text.is_new(g):
+                    q = lib.verify(g.ref, g.question_hash)
+                    if q is not None:
+                        self.repeated_text.observe(g, q.text)
+        repeated = 0
         selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
@@ -147,7 +158,13 @@ class Trainer:
             if q is None:
                 dropped.append((g, DROP_QUESTION_MISMATCH))
                 continue
-            view, ids, cut = receiver_view(g, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
+            screened, removed = self.repeated_text.screen(g, q.text)
+            if removed:
+                repeated += removed
+                if cfg.filter_zero_advantage and not has_signal([screened])[0]:
+                    dropped.append((g, DROP_REPEATED_TEXT))
+                    continue
+            view, ids, cut = receiver_view(screened, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
             if cut:  # scored on the text it is trained on: the cut text is scored again
                 view = shape_rewards(score_group(view, q, self.reward_fn), weight)
                 if cfg.filter_zero_advantage and not has_signal([view])[0]:
@@ -173,7 +190,8 @@ class Trainer:
         formatted = [lib.format_reward(c) for lg in local for c in lg.group.completions]
         metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
                        tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
-                       format_rate=sum(formatted) / max(len(formatted), 1))
+                       format_rate=sum(formatted) / max(len(formatted), 1),
+                       external_repeated_text=float(repeated))
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
                            entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
