@@ -104,6 +104,7 @@ class Node:
         self.error: str | None = None
         self.identity_conflict = False  # another live node has this identity: a restart cannot help
         self._refusals_stored: dict[str, int] = {}  # the swarm's refusal counters as last stored
+        self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -129,7 +130,12 @@ class Node:
                 "groups_received": groups["received"], "groups_pooled": groups["pooled"],
                 "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
                 "links": stats["links"], "board": _board_summary(stats.get("board") or {}),
-                "known_peers": stats["known_peers"]}
+                "known_peers": stats["known_peers"], "reputation": self._reputation_rows()}
+
+    def _reputation_rows(self, limit: int = 32) -> list[dict[str, Any]]:
+        """The peers this node has most groups from, with their record here (score 0..1)."""
+        rows = sorted(self._reputation.items(), key=lambda kv: -kv[1]["groups"])[:limit]
+        return [{"peer": peer, "score": round(rec["score"], 4), "groups": int(rec["groups"])} for peer, rec in rows]
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():
@@ -406,6 +412,7 @@ class Node:
         self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
+            self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round
         self._store_refusals()
 
     def _store_refusals(self) -> None:

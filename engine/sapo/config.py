@@ -25,6 +25,7 @@ from engine.models.generate import SampleConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
 from engine.sapo.repeated_text import RepeatedTextConfig
+from engine.sapo.reputation import ReputationConfig
 from engine.sapo.sampler import SAMPLERS
 from engine.tasks.curriculum import CurriculumConfig
 from engine.tasks.prompts import MAX_SHOTS, PROMPT_STYLES
@@ -70,7 +71,8 @@ class SapoConfig:
     # per-token log-prob under this node's own policy is below this is left out of the loss. The
     # log-probs are computed for the loss anyway: no extra forward.
     external_min_logprob: float = -8.0
-    sampler: str = "uniform"  # how the J external groups are drawn from the eligible pool
+    sampler: str = "uniform"  # how the J external groups are drawn: uniform | reputation (by origin's record)
+    reputation: ReputationConfig = field(default_factory=ReputationConfig)  # each origin's record here
     # At most ceil(J x this) of a round's external groups from one origin peer. 1 = the paper's uniform
     # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
     max_origin_share: float = 1.0
@@ -142,6 +144,8 @@ class SapoConfig:
         _int("prompt_shots", self.prompt_shots, 0, MAX_SHOTS)
         if not isinstance(self.curriculum, CurriculumConfig):
             raise ValueError("curriculum must be a CurriculumConfig")  # noqa: TRY004 (ValueError for every bad input)
+        if not isinstance(self.reputation, ReputationConfig):
+            raise ValueError("reputation must be a ReputationConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.repeated_text, RepeatedTextConfig):
             raise ValueError("repeated_text must be a RepeatedTextConfig")  # noqa: TRY004 (ValueError for every bad input)
         _float("format_reward", self.format_reward, 0.0, 1.0)
@@ -181,7 +185,8 @@ class SapoConfig:
             raise ValueError(f"unknown sapo config keys: {unknown}")
         values = dict(data)
         for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig),
-                            ("repeated_text", RepeatedTextConfig)):
+                            ("repeated_text", RepeatedTextConfig),
+                            ("reputation", ReputationConfig)):
             if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
                 fields = {f.name for f in dataclasses.fields(nested)}
                 if set(values[key]) - fields:

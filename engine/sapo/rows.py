@@ -96,11 +96,11 @@ def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], token_
     """Rows for external groups: prompts[i] is the local rendering of groups[i]'s regenerated question,
     token_ids[i] its completions as `receiver_view` gave them (the text the rewards were scored on)."""
     rows: list[TrainRow] = []
-    for group, prompt, ids in zip(groups, prompts, token_ids):
+    for source, (group, prompt, ids) in enumerate(zip(groups, prompts, token_ids)):
         prompt_ids = tuple(encode_prompts(tokenizer, [prompt])[0])
         sums = claimed_logprob_sums(group)  # malformed or implausible claims: treated as absent
         for i, adv in enumerate(advantages_of(group, eps)):
-            rows.append(TrainRow(prompt_ids, ids[i], adv, True, None if sums is None else sums[i]))
+            rows.append(TrainRow(prompt_ids, ids[i], adv, True, None if sums is None else sums[i], source))
     return rows
 
 

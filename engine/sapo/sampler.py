@@ -3,14 +3,14 @@
 Order of operations (the paper's, made explicit): external groups arrive already re-scored by the
 local verifier; the zero-advantage filter drops every group (own or external) whose rewards are all
 equal; then the J external groups are drawn from what is left by a pluggable sampling strategy
-(uniform now). Each dropped group carries a reason, for the store and the GUI's feed.
+(uniform, or weighted by each origin's reputation here: engine/sapo/reputation.py). Each dropped group carries a reason, for the store and the GUI's feed.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +18,7 @@ import torch
 
 from engine.sapo.grpo import nonzero_advantage_groups
 from engine.sapo.records import RolloutGroup
+from engine.sapo.reputation import ReputationSampler
 
 DROP_ZERO_ADVANTAGE = "zero_advantage"
 DROP_NOT_SCORED = "not_rescored"
@@ -43,7 +44,7 @@ class UniformSampler:
         return rng.sample(list(candidates), min(j, len(candidates)))
 
 
-SAMPLERS: dict[str, type[UniformSampler]] = {"uniform": UniformSampler}
+SAMPLERS: dict[str, Callable[[], ExternalSampler]] = {"uniform": UniformSampler, "reputation": ReputationSampler}
 
 
 def make_sampler(name: str) -> ExternalSampler:

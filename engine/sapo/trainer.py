@@ -32,6 +32,7 @@ from engine.sapo.rows import (
     score_group,
 )
 from engine.sapo.repeated_text import RepeatedTextGuard
+from engine.sapo.reputation import Reputation
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
@@ -86,6 +87,11 @@ class Trainer:
         self.policy_version = 0
         self.optimizer = make_optimizer(model, cfg)
         self.sampler = make_sampler(cfg.sampler)
+        # Each origin's record here; the reputation sampler draws J by it, any sampler keeps it current.
+        self.reputation = Reputation(cfg.reputation)
+        if hasattr(self.sampler, "reputation"):
+            self.sampler.reputation = self.reputation
+        self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
         # The KL reference is the policy as handed in (the seed), frozen: copied before any step.
         self.ref_model = None
         if cfg.beta > 0 or cfg.external_kl_anchor > 0:
@@ -142,17 +148,19 @@ class Trainer:
 
         external = [shape_rewards(g, weight) for g in external]  # unscored ones stay as they are
         if cfg.repeated_text.enabled:
-            for g in external:  # every candidate counts towards its origin's habits, once
+            for g in external:  # every candidate counts once: its origin's habits and its record here
                 if not g.is_local and self.repeated_text.is_new(g):
                     q = lib.verify(g.ref, g.question_hash)
                     if q is not None:
                         self.repeated_text.observe(g, q.text)
+                        self.reputation.record(g.provenance.origin_peer,
+                                               flagged=self.repeated_text.screen(g, q.text)[1] > 0)
         repeated = 0
         selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
-        used_ext, fitted, ext_prompts, ext_ids = [], [], [], []
+        used_ext, fitted, ext_prompts, ext_ids, screened_out = [], [], [], [], []
         for g in selection.external:
             q = lib.verify(g.ref, g.question_hash)  # the node verified it; this guards the trainer's own use
             if q is None:
@@ -163,14 +171,17 @@ class Trainer:
                 repeated += removed
                 if cfg.filter_zero_advantage and not has_signal([screened])[0]:
                     dropped.append((g, DROP_REPEATED_TEXT))
+                    self.reputation.record(g.provenance.origin_peer, flagged=True)
                     continue
             view, ids, cut = receiver_view(screened, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
             if cut:  # scored on the text it is trained on: the cut text is scored again
                 view = shape_rewards(score_group(view, q, self.reward_fn), weight)
                 if cfg.filter_zero_advantage and not has_signal([view])[0]:
                     dropped.append((g, DROP_CUT_NO_SIGNAL))
+                    self.reputation.record(g.provenance.origin_peer, flagged=True)
                     continue
             used_ext.append(g)
+            screened_out.append(removed)
             fitted.append(view)
             ext_prompts.append(self.prompt(q))
             ext_ids.append(ids)
@@ -181,6 +192,10 @@ class Trainer:
         self._mid_update = True
         stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
+        for k, g in enumerate(used_ext):  # what training found out beyond the first look
+            if screened_out[k] or k in stats.implausible_sources:
+                self.reputation.record(g.provenance.origin_peer, flagged=True)
+        self.reputation_snapshot = self.reputation.snapshot()
         self.round = round_no
         self._mid_update = False
         t_upd = time.perf_counter()
@@ -253,7 +268,8 @@ class Trainer:
             return newest  # nothing trained since: rewriting it would only open a window to lose it
         t0 = time.perf_counter()
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
-                 "seed": self.seed, "curriculum": self.curriculum.state_dict()}
+                 "seed": self.seed, "curriculum": self.curriculum.state_dict(),
+                 "reputation": self.reputation.state_dict()}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
@@ -272,6 +288,8 @@ class Trainer:
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
         self._checkpointed = (ckpt.round, ckpt.policy_version)
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
+        self.reputation.load_state(ckpt.extra.get("reputation"))
+        self.reputation_snapshot = self.reputation.snapshot()
         saved = ckpt.extra.get("config")
         self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
                                      if isinstance(saved, dict) and saved.get(k, v) != v)
