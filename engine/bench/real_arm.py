@@ -81,7 +81,11 @@ def _seed_peers(n: int, specialties: list[str], seed: int, cfg: Any) -> list[Any
 
 def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, specialties: list[str],
             judge_per_specialty: int, rl_per_specialty: int, eval_k: int, eval_seeds: list[int],
-            seed: int, overrides: dict[str, Any], seed_peers: int, external: int) -> dict[str, Any]:
+            seed: int, overrides: dict[str, Any], seed_peers: int, external: int,
+            before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`before`: the judgement of the starting weights when another process made it (every arm starts
+    from the same weights and is judged with the same questions and sampling seeds); rounds = 0
+    judges only."""
     import torch
 
     from engine.models.backends import load_for_node
@@ -106,7 +110,12 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     rl_q = heldout(mix_preset("rl"), rl_per_specialty, cfg.eval_seed)
     print(f"[{arm}] loaded {loaded.label} in {time.time() - t_start:.0f} s; judging {len(judge_q)} questions",
           flush=True)
-    before = {"judge": judge(trainer, judge_q, eval_k, eval_seeds), "rl": judge(trainer, rl_q, eval_k, eval_seeds[:1])}
+    if before is None:
+        before = {"judge": judge(trainer, judge_q, eval_k, eval_seeds),
+                  "rl": judge(trainer, rl_q, eval_k, eval_seeds[:1])}
+    if rounds == 0:
+        loaded.generator.close()
+        return {"arm": arm, "before": before}
     print(f"[{arm}] before: pass@1 {before['judge']['pass_at_1']:.3f} format {before['judge']['format_rate']:.3f}",
           flush=True)
 

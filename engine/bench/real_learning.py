@@ -47,38 +47,59 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
         judge_per_specialty: int = 64, rl_per_specialty: int = 16, eval_k: int = 4, eval_repeats: int = 2,
         specialties: list[str] | None = None, seed: int = 0, overrides: dict[str, Any] | None = None,
         seed_peers: int = 2, external: int = 2, arms: list[str] | None = None,
-        replicate_seeds: list[int] | None = None) -> dict[str, Any]:
-    """`replicate_seeds`: more solo arms ("solo@<seed>") with other training seeds and the same judge,
-    for the spread of the solo result across training seeds."""
+        replicate_seeds: list[int] | None = None, variants: dict[str, dict[str, Any]] | None = None
+        ) -> dict[str, Any]:
+    """Arms are "solo", "mixed" or a name in `variants` (a solo arm with those config overrides on
+    top, e.g. the recipe before a change), each optionally "@<training seed>" (else `seed`);
+    `replicate_seeds` adds "solo@<s>" arms (and "<variant>@<s>" for each variant arm asked for) for
+    the spread across training seeds. The starting weights are judged once, with every core, and that
+    "before" is every arm's (same weights, same judge)."""
     specialties = specialties or list(SPECIALTIES)
-    arms = (arms or ["solo", "mixed"]) + [f"solo@{s}" for s in replicate_seeds or []]
+    variants = variants or {}
+    arms = list(arms or ["solo", "mixed"])
+    for s in replicate_seeds or []:
+        arms += [f"solo@{s}"] + [f"{v}@{s}" for v in variants if v in arms]
+    kinds = ("solo", "mixed", *variants)
+    for arm in arms:
+        if arm.split("@")[0] not in kinds:
+            raise ValueError(f"arm {arm!r}: the kinds are {kinds}, optionally with @<seed>")
     start = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         shared = Path(tmp) / "shared"
         _prepare(model, shared)
-        procs = []
-        for arm in arms:
-            data_dir = Path(tmp) / arm
+
+        def launch(name: str, kind: str, arm_seed: int, n_rounds: int, n_threads: int,
+                   extra: dict[str, Any]) -> tuple[Path, subprocess.Popen[bytes]]:
+            data_dir = Path(tmp) / name
             (data_dir / "models" / "llamacpp").mkdir(parents=True)
             os.symlink(shared / "models" / "llamacpp" / "converted", data_dir / "models" / "llamacpp" / "converted")
-            arm_seed = int(arm.split("@")[1]) if "@" in arm else seed
-            args = {"arm": arm.split("@")[0], "model": model, "data_dir": str(data_dir), "threads": threads,
-                    "rounds": rounds,
+            args = {"arm": kind, "model": model, "data_dir": str(data_dir), "threads": n_threads, "rounds": n_rounds,
                     "specialties": specialties, "judge_per_specialty": judge_per_specialty,
                     "rl_per_specialty": rl_per_specialty, "eval_k": eval_k,
                     "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "seed": arm_seed,
-                    "overrides": overrides or {}, "seed_peers": seed_peers, "external": external}
-            args_path, out_path = Path(tmp) / f"{arm}-args.json", Path(tmp) / f"{arm}-out.json"
+                    "seed_peers": seed_peers, "external": external, **extra}
+            args_path, out_path = Path(tmp) / f"{name}-args.json", Path(tmp) / f"{name}-out.json"
             args_path.write_text(json.dumps(args))
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            procs.append((arm, out_path, subprocess.Popen(
-                [sys.executable, "-m", "engine.bench.real_arm", str(args_path), str(out_path)], cwd=REPO_ROOT, env=env)))
-        results = {}
-        for arm, out_path, proc in procs:
+            env = {**os.environ, "OMP_NUM_THREADS": str(n_threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            return out_path, subprocess.Popen([sys.executable, "-m", "engine.bench.real_arm", str(args_path),
+                                               str(out_path)], cwd=REPO_ROOT, env=env)
+
+        def finish(name: str, out_path: Path, proc: subprocess.Popen[bytes]) -> dict[str, Any]:
             if proc.wait() != 0:
-                raise RuntimeError(f"arm {arm} failed (exit {proc.returncode}); its output is above")
-            results[arm] = json.loads(out_path.read_text())
-    return write(summarize(results, specialties, time.time() - start), out_dir)
+                raise RuntimeError(f"arm {name} failed (exit {proc.returncode}); its output is above")
+            return dict(json.loads(out_path.read_text()))
+
+        cores = max(1, min(os.cpu_count() or 1, 4))
+        before = finish("before", *launch("before", "solo", seed, 0, cores, {"overrides": overrides or {}}))["before"]
+        procs = []
+        for arm in arms:
+            kind = arm.split("@")[0]
+            arm_overrides = dict(overrides or {}) | variants.get(kind, {})
+            procs.append((arm, *launch(arm, "mixed" if kind == "mixed" else "solo",
+                                       int(arm.split("@")[1]) if "@" in arm else seed, rounds, threads,
+                                       {"overrides": arm_overrides, "before": before})))
+        results = {arm: finish(arm, out_path, proc) for arm, out_path, proc in procs}
+    return write(summarize(results, specialties, time.time() - start, variants), out_dir)
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -104,7 +125,8 @@ def _tail_mean(history: list[dict[str, Any]], key: str, n: int = 20) -> float:
     return sum(h[key] for h in tail) / len(tail) if tail else 0.0
 
 
-def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float) -> dict[str, Any]:
+def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float,
+              variants: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The issue's JSON keys from the solo arm, the mixed arm beside it with paired differences."""
     solo = arms.get("solo") or next(iter(arms.values()))
     b, a = solo["before"]["judge"], solo["after"]["judge"]
@@ -135,6 +157,13 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float) -> di
         deltas = [r["after"] - r["before"] for r in rows.values()]
         out["training_seeds"] = {"arms": rows, "delta_pass_at_1_mean": statistics.fmean(deltas),
                                  "delta_pass_at_1_sd": statistics.stdev(deltas)}
+    effects = {}
+    for variant, changes in (variants or {}).items():  # the run's recipe vs each variant, paired by seed
+        pairs = [(name, variant + name[4:]) for name in solos if variant + name[4:] in arms]
+        if pairs:
+            effects[variant] = _variant_effect(arms, pairs, changes)
+    if effects:
+        out["variant_effects"] = effects
     if "mixed" in arms and "solo" in arms:
         m = arms["mixed"]["after"]["judge"]
         out["mixed_model"] = {
@@ -148,6 +177,27 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float) -> di
             "external_used_per_round": _tail_mean(arms["mixed"]["history"], "external_used", 10**9),
             "rl_mix_after": arms["mixed"]["after"]["rl"]["pass_at_1"], "minutes": arms["mixed"]["train_minutes"]}
     return out
+
+
+def _variant_effect(arms: dict[str, Any], pairs: list[tuple[str, str]], changes: dict[str, Any]) -> dict[str, Any]:
+    import statistics
+
+    def after(arm: str, key: str) -> float:
+        return float(arms[arm]["after"]["judge"][key])
+
+    def effect(of: Any) -> dict[str, Any]:
+        diffs = [of(on) - of(off) for on, off in pairs]
+        return {"per_seed": diffs, "mean": statistics.fmean(diffs),
+                "sd": statistics.stdev(diffs) if len(diffs) > 1 else None}
+
+    return {"changes": changes, "pairs": pairs,
+            "arms": {name: {"pass_at_1": after(name, "pass_at_1"), "accuracy_formatted": after(name, "accuracy_formatted"),
+                            "format_rate": after(name, "format_rate"),
+                            "mixed_group_fraction": _tail_mean(arms[name]["history"], "mixed_fraction")}
+                     for pair in pairs for name in pair},
+            "delta_pass_at_1": effect(lambda a: after(a, "pass_at_1")),
+            "delta_accuracy_formatted": effect(lambda a: after(a, "accuracy_formatted")),
+            "delta_mixed_group_fraction": effect(lambda a: _tail_mean(arms[a]["history"], "mixed_fraction"))}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -173,8 +223,8 @@ def table(result: dict[str, Any]) -> str:
     rl = result["rl_mix"]
     lines += [(f"| `rl` mix pass@1 ({rl['questions']} q) | {rl['before']:.4f} | {rl['after']:.4f} | "
                f"{rl['after'] - rl['before']:+.4f} |"), "",
-              (f"Mixed groups in the last 20 rounds: {result['mixed_group_fraction']:.2f}. "
-               f"Final rungs: {result['final_rungs']}."), "",
+              (f"Mixed groups in the last 20 rounds: {result['mixed_group_fraction']:.2f}"
+               + f". Final rungs: {result['final_rungs']}."), "",
               "| specialty (pass@1) | before | after |", "|---|---|---|"]
     for name, value in sorted(result["per_specialty"]["before"].items()):
         lines.append(f"| {name} | {value:.4f} | {result['per_specialty']['after'][name]:.4f} |")
@@ -190,6 +240,20 @@ def table(result: dict[str, Any]) -> str:
                    f"with mixed outcomes {mm['heldout_mixed_fraction']:.3f} vs solo {mm['solo_heldout_mixed_fraction']:.3f}; "
                    f"own groups mixed in the last 20 rounds {mm['own_mixed_group_fraction']:.2f} vs solo "
                    f"{result['mixed_group_fraction']:.2f}.")]
+    for variant, effect in (result.get("variant_effects") or {}).items():
+        lines += ["", f"This recipe vs `{variant}` (the same with {effect['changes']}), paired by training seed:", "",
+                  "| pair | pass@1 | accuracy among formatted | format rate | mixed groups, last 20 |",
+                  "|---|---|---|---|---|"]
+        for on, off in effect["pairs"]:
+            a_on, a_off = effect["arms"][on], effect["arms"][off]
+            lines.append(" | ".join([f"| {on} vs {off}"] + [f"{a_on[k]:.4f} vs {a_off[k]:.4f}" for k in
+                                    ("pass_at_1", "accuracy_formatted", "format_rate")]
+                                    + [f"{a_on['mixed_group_fraction']:.2f} vs {a_off['mixed_group_fraction']:.2f} |"]))
+        for key, label in (("delta_pass_at_1", "Δ pass@1"), ("delta_accuracy_formatted", "Δ accuracy among formatted"),
+                           ("delta_mixed_group_fraction", "Δ mixed groups")):
+            e = effect[key]
+            spread = f" ± {e['sd']:.4f} (sd across {len(e['per_seed'])} seeds)" if e["sd"] is not None else " (one seed)"
+            lines.append(f"\n{label} (this recipe − {variant}): {e['mean']:+.4f}{spread}.")
     seeds = result.get("training_seeds")
     if seeds:
         lines += ["", "Solo across training seeds (same judge, same sampling seeds):", "",

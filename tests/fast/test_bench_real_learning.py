@@ -10,7 +10,8 @@ from engine.bench import real_learning
 
 def test_real_learning_bench_runs_both_arms_and_writes_the_issue_keys(tmp_path: Path) -> None:
     result = real_learning.run(out_dir=tmp_path, model="seed", rounds=2, judge_per_specialty=2, rl_per_specialty=1,
-                               eval_k=2, eval_repeats=2, seed_peers=1, external=1)
+                               eval_k=2, eval_repeats=2, seed_peers=1, external=1,
+                               arms=["solo", "mixed", "plain"], variants={"plain": {"format_reward": 0.0}})
     saved = json.loads((tmp_path / "real_learning.json").read_text())
     for key in ("model", "judge_questions", "eval_sd", "mixed_group_fraction", "rounds", "minutes"):
         assert key in saved
@@ -18,10 +19,13 @@ def test_real_learning_bench_runs_both_arms_and_writes_the_issue_keys(tmp_path: 
         assert set(saved[when]) >= {"pass_at_1", "format_rate", "accuracy_formatted"}
         assert 0.0 <= saved[when]["pass_at_1"] <= saved[when]["format_rate"] <= 1.0
     assert saved["judge_questions"] == 2 * len(real_learning.SPECIALTIES) and saved["rounds"] == 2
-    assert set(saved["arms"]) == {"solo", "mixed"} and saved["arms"]["mixed"]["seed_peers"] == 1
+    assert set(saved["arms"]) == {"solo", "mixed", "plain"} and saved["arms"]["mixed"]["seed_peers"] == 1
     solo, mixed = (saved["arms"][arm]["before"]["judge"] for arm in ("solo", "mixed"))
     same = ("pass_at_1", "pass_at_k", "format_rate", "per_specialty_pass_at_1")
-    assert [solo[k] for k in same] == [mixed[k] for k in same]  # same weights, seeds and questions
+    assert [solo[k] for k in same] == [mixed[k] for k in same]  # judged once: same weights, seeds, questions
+    assert saved["arms"]["plain"]["config"]["format_reward"] == 0.0 < saved["arms"]["solo"]["config"]["format_reward"]
+    assert saved["variant_effects"]["plain"]["pairs"] == [["solo", "plain"]]
+    assert "This recipe vs `plain`" in (tmp_path / "real_learning.md").read_text()
     assert len(saved["arms"]["mixed"]["history"]) == 2 and "delta_pass_at_1" in result["mixed_model"]
     assert "| pass@1 |" in (tmp_path / "real_learning.md").read_text()
     assert (tmp_path / "real_learning.png").stat().st_size > 10_000
