@@ -15,6 +15,22 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+MAX_REPUTATION_ROWS = 64
+
+
+def _reputation(value: Any) -> dict[str, tuple[float, int]]:
+    """[{peer, score, groups}] -> {peer: (score in [0, 1], groups)}; malformed rows are dropped."""
+    out: dict[str, tuple[float, int]] = {}
+    for row in value[:MAX_REPUTATION_ROWS] if isinstance(value, list) else []:
+        if not isinstance(row, dict):
+            continue
+        peer, score, groups = row.get("peer"), row.get("score"), _count(row.get("groups"))
+        if isinstance(peer, str) and 0 < len(peer) <= 128 and isinstance(score, (int, float)) \
+                and not isinstance(score, bool) and 0.0 <= score <= 1.0 and groups is not None:
+            out[peer] = (float(score), groups)
+    return out
+
+
 def _reasons(value: Any) -> dict[str, int]:
     """{reason: count} with str keys and non-negative int values only; anything else is dropped."""
     if not isinstance(value, dict):
@@ -82,6 +98,7 @@ class SwarmRefusals:
     links: int = 0
     known_peers: int = 0
     board: BoardStatus | None = None  # the internet data plane; None when this node has none
+    reputation: dict[str, tuple[float, int]] = field(default_factory=dict)  # peer -> (score, groups seen)
 
     @property
     def nothing_refused(self) -> bool:
@@ -97,7 +114,7 @@ def parse_swarm(value: Any) -> SwarmRefusals | None:
                                "links", "known_peers") if (n := _count(value.get(key))) is not None}
     return SwarmRefusals(frames_refused=_reasons(value.get("frames_refused")),
                          groups_dropped=_reasons(value.get("groups_dropped")), board=parse_board(value.get("board")),
-                         **ints)
+                         reputation=_reputation(value.get("reputation")), **ints)
 
 
 def refusals_text(swarm: SwarmRefusals | None) -> str:

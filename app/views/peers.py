@@ -19,7 +19,10 @@ from PySide6.QtWidgets import (
 from app.models.feed import FeedModel
 from app.models.peers import PeersModel, board_text, refusals_text
 
-COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used")
+COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used", "Trust")
+TRUST_TIP = ("Share of this peer's rollouts that this node could use whole: rollouts with text the peer keeps "
+             "repeating for no reason, answers this model finds implausible, or padding count against it. "
+             "With the reputation sampler, low-trust peers are drawn less often.")
 FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
 
 
@@ -78,14 +81,16 @@ class PeersView(QWidget):
         self.refused.setText(f"Refused by the swarm: {refusals_text(swarm)}" if swarm is not None else "")
         self.board.setVisible(swarm is not None)
         self.board.setText(board_text(swarm.board, now) if swarm is not None else "")
+        reputation = swarm.reputation if swarm is not None else {}
         rows = self.peers.sorted_rows()
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):
             counts = self.feed.per_peer.get(row.peer_id)
             received = max(row.received, counts.received if counts else 0)
             used = max(row.used, counts.used if counts else 0)
+            trust = reputation.get(row.peer_id)
             values = ("●", row.name, row.model, FOUND_BY.get(row.found_by, row.found_by), row.address,
-                      ago(row.last_seen, now), f"{received:,}", f"{used:,}")
+                      ago(row.last_seen, now), f"{received:,}", f"{used:,}", f"{trust[0]:.0%}" if trust else "–")
             for col, value in enumerate(values):
                 item = self.table.item(i, col)
                 if item is None:
@@ -97,6 +102,11 @@ class PeersView(QWidget):
                     item.setToolTip("connected" if row.connected else "not connected")
                 elif col >= 6:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if col == 8:
+                    low = trust is not None and trust[0] < 0.3
+                    item.setForeground(QColor("#dc2626" if low else "#111827"))
+                    item.setToolTip(TRUST_TIP + (f"\nJudged on {trust[1]:,} rollouts." if trust else
+                                                 "\nNo rollouts judged yet."))
         known = len(rows)
         self.summary.setText(f"<b>{self.peers.connected}</b> connected of {known} known peer"
                              f"{'s' if known != 1 else ''}. Peers are found on the LAN by mDNS and through "

@@ -126,3 +126,28 @@ def test_the_board_line_says_where_how_many_and_until_when(qtbot: QtBot) -> None
     win.tick()
     win.tick()
     assert win.peers.board.text() == "Board: none (LAN links and relays only)"
+
+
+def test_each_peers_trust_is_a_column_and_low_trust_stands_out(qtbot: QtBot) -> None:
+    import time
+
+    from engine.events import PeerUpdated
+
+    reputation = [{"peer": "honest-id", "score": 0.97, "groups": 120}, {"peer": "poison-id", "score": 0.08, "groups": 40},
+                  {"peer": "x", "score": 7.0, "groups": 1}, {"peer": "y", "score": 0.5, "groups": -1}, "junk"]
+    status = {"state": "in_swarm", "swarm": {**SWARM, "reputation": reputation}}
+    win, bridge = _window(qtbot, status)
+    now = time.time()
+    for i, (peer, name) in enumerate((("honest-id", "calm-otter"), ("poison-id", "loud-crow"), ("new-id", "shy-fox"))):
+        bridge.inbox.append(PeerUpdated(peer_id=peer, name=name, model="seed", found_by="bootstrap", address="",
+                                        connected=True, ts=now - i))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": status}))
+    win.tick()
+    assert win.model.peers.swarm is not None and set(win.model.peers.swarm.reputation) == {"honest-id", "poison-id"}
+    table = win.peers.table
+    trust = {table.item(r, 1).text(): table.item(r, 8) for r in range(table.rowCount())}
+    assert {name: item.text() for name, item in trust.items()} == {"calm-otter": "97%", "loud-crow": "8%",
+                                                                   "shy-fox": "–"}
+    assert trust["loud-crow"].foreground().color().name() == "#dc2626"
+    assert "Judged on 40 rollouts" in trust["loud-crow"].toolTip()
+    assert "No rollouts judged yet" in trust["shy-fox"].toolTip()
