@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareProfile, mps_default_budget, probe
 from engine.models import catalog, fit
@@ -31,14 +33,44 @@ def can_fetch_models() -> bool:
                    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
+HUB_UP, HUB_DOWN, HUB_OFF = "reachable", "unreachable", "downloads off"
+
+
+def hub_status(timeout_s: float = 1.5) -> str:
+    """Whether the model hub answers: downloads switched off, a TCP connect to it (HF_ENDPOINT, else
+    huggingface.co) within `timeout_s`, or not."""
+    if not can_fetch_models():
+        return HUB_OFF
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout_s):
+            return HUB_UP
+    except OSError:
+        return HUB_DOWN
+
+
+def availability(spec: catalog.ModelSpec, hub: str) -> str:
+    """What the Machine tab says of one model: on this machine, downloadable now, or why not."""
+    if spec.local_path is not None:
+        return "installed"
+    if (spec.hf_repo or spec.gguf_repo) is None:
+        return "not installed"
+    return {HUB_UP: "downloadable", HUB_OFF: "not installed (downloads are off)"}.get(
+        hub, "not installed (no model hub reachable)")
+
+
 def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = None,
            can_fetch: bool | None = None, max_round_seconds: float = DEFAULT_MAX_ROUND_SECONDS,
            models: list[catalog.ModelSpec] | None = None) -> dict[str, Any]:
+    """`can_fetch` None: ask the hub (`hub_status`); True / False: assume it answers / is off."""
     hw = hw or probe()
-    fetch = can_fetch_models() if can_fetch is None else can_fetch
+    hub = hub_status() if can_fetch is None else HUB_UP if can_fetch else HUB_OFF
+    fetch = hub == HUB_UP
     specs = models or catalog.catalog()
     shapes = {spec.id: shape or fit.shape_for(spec, hw) for spec in specs}  # the round each would run
     candidates = [e for spec in specs for e in fit.assess(spec, hw, shapes[spec.id], fetch)]
+    by_id = {spec.id: spec for spec in specs}
     chosen = fit.pick(candidates, max_round_seconds)
     shape = shapes[chosen.model]
     keys = ("model", "backend", "quantization", "estimated_bytes", "budget_bytes", "verdict", "reason")
@@ -48,8 +80,9 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
                   "prompt_tokens": shape.prompt_tokens, "max_new_tokens": shape.max_new_tokens,
                   "micro_batch": shape.micro_batch, "max_round_seconds": max_round_seconds},
         "can_fetch": fetch,
+        "hub": hub,
         "pick": {k: getattr(chosen, k) for k in keys} | {"round_seconds": chosen.round_seconds},
-        "candidates": [e.to_dict() for e in candidates],
+        "candidates": [e.to_dict() | {"availability": availability(by_id[e.model], hub)} for e in candidates],
         "fast_paths": fast_paths(),
     }
 

@@ -138,3 +138,33 @@ def test_doctor_hypothetical_machine_flags() -> None:
     bad = subprocess.run([sys.executable, "-m", "engine", "doctor", "--memory-gb", "8"],
                          check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--device" in bad.stderr
+
+
+def test_availability_says_installed_downloadable_or_why_not(monkeypatch) -> None:
+    import socket
+
+    from engine.doctor import HUB_DOWN, HUB_OFF, HUB_UP, availability, hub_status
+
+    seed = catalog.seed_spec()
+    remote = next(s for s in catalog.catalog() if s.local_path is None and (s.hf_repo or s.gguf_repo))
+    assert availability(seed, HUB_DOWN) == "installed"
+    assert availability(remote, HUB_UP) == "downloadable"
+    assert availability(remote, HUB_DOWN) == "not installed (no model hub reachable)"
+    assert availability(remote, HUB_OFF) == "not installed (downloads are off)"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub_status() == HUB_OFF
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    with socket.socket() as s:  # a port nobody listens on, on loopback: the hub "does not answer"
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    assert hub_status(timeout_s=1.0) == HUB_DOWN
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert hub_status(timeout_s=1.0) == HUB_UP
+    rep = doctor.report(doctor.hypothetical("cpu", 16), can_fetch=False)
+    assert rep["hub"] == HUB_OFF
+    assert {c["availability"] for c in rep["candidates"] if c["model"] == "seed"} == {"installed"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -25,6 +26,25 @@ from engine.control.api import ModelProgress
 CANDIDATE_COLUMNS = ("Model", "Backend", "Parameters", "Memory needed", "Verdict", "Seconds / round", "Available")
 SWITCH_HINT = "Pause or leave the swarm to switch models."
 VERDICT_COLORS = {"fits well": "#15803d", "fits": "#65a30d", "tight": "#d97706"}
+
+
+AVAILABILITY_TIPS = {
+    "installed": "On this machine: it can train now.",
+    "downloadable": "Not on this machine yet; the model hub answers, so switching to it downloads it.",
+    "not installed (no model hub reachable)": "Not on this machine, and the model hub does not answer from here "
+                                              "(no network, a firewall, or a proxy): it cannot be fetched now.",
+    "not installed (downloads are off)": "Not on this machine, and downloads are switched off "
+                                         "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE).",
+    "not installed": "Not on this machine and no download source is known for it.",
+}
+
+
+def availability_text(cand: dict[str, Any]) -> str:
+    """The Available column: what the engine says (older engines only say yes / no)."""
+    text = cand.get("availability")
+    if isinstance(text, str) and text in AVAILABILITY_TIPS:
+        return text
+    return "yes" if cand.get("available") is True else "no"
 
 
 def human_bytes(value: Any) -> str:
@@ -166,11 +186,15 @@ class MachineView(QWidget):
             rs = _get(cand, "round_seconds")
             values = (cand.get("model"), " ".join(str(v) for v in (cand.get("backend"), cand.get("quantization")) if v),
                       cand.get("params"), human_bytes(cand.get("estimated_bytes")), cand.get("verdict"),
-                      f"{rs:,.0f}" if isinstance(rs, (int, float)) else None, cand.get("available"))
+                      f"{rs:,.0f}" if isinstance(rs, (int, float)) else None, availability_text(cand))
             for col, value in enumerate(values):
                 item = QTableWidgetItem(_text(value))
                 if col == 4 and isinstance(value, str):
                     item.setForeground(Qt.GlobalColor.darkGreen if value in VERDICT_COLORS else Qt.GlobalColor.darkRed)
+                if col == 6:
+                    item.setForeground(QColor("#15803d" if value == "installed" else
+                                              "#111827" if value == "downloadable" else "#6b7280"))
+                    item.setToolTip(AVAILABILITY_TIPS.get(str(value), ""))
                 self.table.setItem(i, col, item)
         self._mark_current()
 

@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     if args.memory_gb is not None and not 0 < args.memory_gb < 100_000:
         raise SystemExit("--memory-gb must be a positive number of GB")
     hw = doctor.hypothetical(args.device, args.memory_gb, args.cores) if args.device else None
-    kwargs: dict[str, Any] = {"hw": hw, "can_fetch": False if args.offline else None}
+    # A hypothetical machine assumes the hub answers (unless downloads are off); this one asks it.
+    fetch = False if args.offline else (doctor.can_fetch_models() if hw is not None else None)
+    kwargs: dict[str, Any] = {"hw": hw, "can_fetch": fetch}
     if args.max_round_seconds is not None:
         kwargs["max_round_seconds"] = args.max_round_seconds
     rep = doctor.report(**kwargs)
@@ -68,7 +70,7 @@ def print_table(rep: dict[str, Any]) -> None:
     for c in rep["candidates"]:
         table.add_row(c["model"], c["backend"], c["quantization"], "full" if c["full_finetune"] else "LoRA",
                       f"{c['estimated_bytes'] / gib:.2f}", c["verdict"], f"{c['round_seconds']:.0f}",
-                      "yes" if c["available"] else "-")
+                      c.get("availability") or ("yes" if c["available"] else "-"))
     console.print(table)
     fast = rep.get("fast_paths") or {}
     gen = (f"llama.cpp {fast['llamacpp']}" + (" (bf16 weights)" if fast.get("llamacpp_bf16") else "")

@@ -175,6 +175,11 @@ def test_machine_tab_shows_the_doctor_report(qtbot: QtBot, window: MainWindow, e
     fast = view.labels["False:Fast paths"].text()
     assert ("bf16 LoRA updates" if report["fast_paths"]["torch_cpu_bf16"] else "fp32 updates") in fast
     assert ("not installed" not in fast) == bool(report["fast_paths"]["llamacpp"])
+    # tests run with HF_HUB_OFFLINE: nothing is "yes" on faith, the seed is installed
+    available = {view.table.item(i, 0).text(): view.table.item(i, 6) for i in range(view.table.rowCount())}
+    assert available["seed"].text() == "installed" and "train now" in available["seed"].toolTip()
+    assert {item.text() for item in available.values()} <= {"installed", "not installed (downloads are off)",
+                                                            "not installed"}
 
 
 def test_fast_paths_text_survives_a_malformed_report() -> None:
