@@ -82,15 +82,26 @@ def test_cpu_laptop_picks_a_gguf_model_with_llamacpp_generation() -> None:
     assert small["model"].startswith("smollm2-135m") and small["round_seconds"] < 60
 
 
-def test_cpu_round_estimate_matches_a_measured_round() -> None:
-    """SmolLM2-135M, 1 thread, a cpu-real round that trains all 32 completions: 24.6 s measured
-    (generate 6.9 + update 17.7) on a 2-core x86 without AVX512 (engine/models/fit.py)."""
+def test_cpu_round_estimate_matches_measured_rounds() -> None:
+    """SmolLM2-135M, 1 thread, cpu-real rounds that train all 32 completions on a 2-core x86 without
+    AVX512 (engine/models/fit.py): 2 questions x 16, 18.3 s (generate 5.2 + update 13.1, mean of 5
+    rounds); 4 x 8 (the shape before), 24.6 s (generate 6.9 + update 17.7)."""
+    from dataclasses import replace
+
     hw = doctor.hypothetical("cpu", 16, 1)
     spec = catalog.get("smollm2-135m-instruct-q4_1")
-    [estimate] = fit.assess(spec, hw, fit.shape_for(spec, hw), can_fetch=True)
-    assert 24.6 * 0.8 <= estimate.round_seconds <= 24.6 * 1.25
+    for shape, measured in ((fit.shape_for(spec, hw), 18.3),
+                            (replace(fit.CPU_REAL_ROUND, questions=4, completions=8), 24.6)):
+        [estimate] = fit.assess(spec, hw, shape, can_fetch=True)
+        assert measured * 0.8 <= estimate.round_seconds <= measured * 1.25
     seed = catalog.seed_spec()
     assert seed is not None and fit.shape_for(seed, hw) == fit.CPU_SEED_ROUND
+    from engine.sapo.config import preset
+
+    for name, shape in (("cpu-small", fit.CPU_SEED_ROUND), ("cpu-real", fit.CPU_REAL_ROUND)):  # sized as run
+        cfg = preset(name)
+        assert (shape.questions, shape.completions, shape.max_new_tokens) == \
+            (cfg.num_local, cfg.completions, cfg.sampling.max_new_tokens)
     assert fit.shape_for(spec, doctor.hypothetical("cuda", 24)) == fit.RoundShape()
 
 

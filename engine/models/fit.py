@@ -80,7 +80,7 @@ class RoundShape:
 # What CPU nodes run (engine/sapo/config.py presets): the seed's compact prompts (cpu-small), and a
 # pretrained chat model's 3-shot prompts with answer-only completions (cpu-real: ~10 of 24 tokens).
 CPU_SEED_ROUND = RoundShape(questions=4, completions=8, prompt_tokens=16, max_new_tokens=32)
-CPU_REAL_ROUND = RoundShape(questions=4, completions=8, prompt_tokens=240, max_new_tokens=24, mean_new_fraction=0.45)
+CPU_REAL_ROUND = RoundShape(questions=2, completions=16, prompt_tokens=240, max_new_tokens=24, mean_new_fraction=0.45)
 
 
 def shape_for(spec: ModelSpec, hw: HardwareProfile) -> RoundShape:
@@ -162,7 +162,8 @@ def effective_flops(hw: HardwareProfile, plan: Plan) -> tuple[float, float, floa
 
     CPU, per physical core, measured on a 2-core x86 without AVX512, SmolLM2-135M, 1 thread, a cpu-real
     round that trains all 32 completions (3-shot prompts of ~228 tokens, completions ~10.4 tokens):
-    generate 6.9 s, update 17.7 s, 24.6 s in all; the estimate says 26.5 s. That is llama.cpp prefill
+    generate 6.9 s, update 17.7 s, 24.6 s in all; the estimate says 26.5 s. The cpu-real shape of now,
+    2 questions x 16 (one prompt prefilled per question): 18.3 s measured, 17.6 s estimated. That is llama.cpp prefill
     ~60 GFLOP/s, decode ~25 (f16 weights widened to fp32; transformers ~14), the packed LoRA update
     ~38. CPUs with AVX512-BF16 run ~2x faster (bench/cpu_round.md): the estimate stays the conservative
     one, and rounds whose groups have no signal skip most of the update (solo rounds averaged 12 s). CUDA: 15 TFLOP/s bf16 on Ampere or newer, 5 otherwise, 4-bit dequantization

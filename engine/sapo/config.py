@@ -7,8 +7,11 @@ Presets:
              (the seed's answers average ~12), a KL anchor to the seed (beta 0.04: in bench/learning.md
              it kept pass@8 and the untrained settings where plain GRPO lost them), a smaller held-out
              eval. About half the compute of `paper` per round; on the seed both run in well under 1 s.
-  cpu-real   a real pretrained chat model (SmolLM2-135M) on a CPU: 4 questions x 8 completions of at
-             most 24 tokens (answer-only prompts: a solved answer is ~8 tokens), three solved turns in
+  cpu-real   a real pretrained chat model (SmolLM2-135M) on a CPU: 2 questions x 16 completions of at
+             most 24 tokens (answer-only prompts: a solved answer is ~8 tokens). As training sharpens
+             the policy, a question's pass rate goes near 0 or 1, and a group of 8 then rarely holds
+             both a right and a wrong answer: 16 completions keep ~35% of groups mixed where 4 x 8 fell
+             to ~20% (same 32 completions, fewer prompts to prefill). Three solved turns in
              the prompt, the adaptive curriculum, a format reward fading out over 40 rounds, LoRA at
              lr 3e-4, no KL reference (a second 135M forward per round for little: LoRA stays near
              its base). bench/real_learning.md measures it.
@@ -202,7 +205,7 @@ PRESETS: dict[str, SapoConfig] = {
     "paper": SapoConfig(),
     "cpu-small": SapoConfig(num_local=4, completions=8, sampling=SampleConfig(max_new_tokens=32), beta=0.04,
                             eval_per_specialty=16, eval_every=200, max_origin_share=0.5),
-    "cpu-real": SapoConfig(num_local=4, completions=8, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
+    "cpu-real": SapoConfig(num_local=2, completions=16, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
                            prompt_style="chat-fewshot", prompt_shots=3, curriculum=CurriculumConfig(enabled=True),
                            format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=0,
                            max_origin_share=0.5),
