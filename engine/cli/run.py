@@ -109,10 +109,14 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """I/J of a preset in a swarm when the command line does not set them (half from peers)."""
+    """I/J of a preset in a swarm when the command line does not set them: half of its questions from
+    peers; a preset of fewer than 4 (cpu-real's 2 x 16) keeps its own and takes as many again from
+    peers (one own group of 16 would leave the curriculum and the update too little of its own)."""
     if args.solo or args.external is not None or sapo.num_external:
         return {}
-    half = max(1, sapo.num_local // 2)
+    if sapo.num_local < 4:
+        return {"num_external": sapo.num_local}
+    half = sapo.num_local // 2
     return {"num_local": sapo.num_local - half, "num_external": half}
 
 
