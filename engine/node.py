@@ -105,6 +105,7 @@ class Node:
         self.identity_conflict = False  # another live node has this identity: a restart cannot help
         self._refusals_stored: dict[str, int] = {}  # the swarm's refusal counters as last stored
         self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
+        self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -117,7 +118,7 @@ class Node:
                     "model": self._model_label, "device": self._device, "backend": self._backend,
                     "data_dir": str(self.config.data_dir),
                     "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health(),
-                    "last_crash": self._last_crash}
+                    "last_crash": self._last_crash, "eval_every": self._eval_every}
 
     def _swarm_health(self) -> dict[str, Any]:
         """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
@@ -397,6 +398,7 @@ class Node:
             self._round, self._policy_version = trainer.round, trainer.policy_version
             self._device, self._backend = device, loaded.label
             self._model_label = spec_id
+            self._eval_every = trainer.cfg.eval_every
         self.bus.publish(LogRecord(level="info", message=f"ready: {spec_id} on {device}, "
                                    f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))
         return trainer
