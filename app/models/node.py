@@ -40,6 +40,7 @@ class NodeModel:
         self.connected = False
         self.engine_url = ""
         self.last_crash: dict[str, Any] | None = None  # why the engine last died (its supervisor's record)
+        self.eval_every: int | None = None  # rounds between held-out evals (0 = off; None = not told yet)
         self.version = 0
 
     def apply_status(self, status: dict[str, Any]) -> None:
@@ -54,12 +55,20 @@ class NodeModel:
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
                 setattr(self, key, value)
         self.last_crash = parse_crash(status.get("last_crash"))
+        self._apply_eval_every(status)
         self.version += 1
+
+    def _apply_eval_every(self, status: dict[str, Any]) -> bool:
+        every = status.get("eval_every")
+        if isinstance(every, int) and not isinstance(every, bool) and 0 <= every <= 10**9 and every != self.eval_every:
+            self.eval_every = every
+            return True
+        return False
 
     def apply_identity(self, status: dict[str, Any]) -> None:
         """What events don't carry (model, device, backend, names) from a later `status` reply; the
         state and counters stay with the events, which may be newer than the reply."""
-        changed = False
+        changed = self._apply_eval_every(status)
         crash = parse_crash(status.get("last_crash"))
         if crash != self.last_crash:
             self.last_crash, changed = crash, True

@@ -61,6 +61,25 @@ def _card(name: str) -> tuple[QFrame, QLabel]:
     return frame, value
 
 
+CARD_TIPS = {
+    "zero_std": ("Zero-std groups: the share of this round's questions whose completions all got the same "
+                 "reward (all right, or all wrong). Training learns only from questions with both, so lower "
+                 "means more is learned per round."),
+    "reward_avg": "Share of this node's own completions the verifier scored correct, averaged over recent rounds.",
+    "cumulative": "The sum of every round's mean reward so far.",
+    "tokens_per_s": "Tokens generated per second in the last round's generation phase.",
+}
+
+
+def eval_note(every: int | None, evals: int, rounds: int) -> str:
+    """Under the held-out plot's title until its first point: when one comes, or that none will."""
+    if evals or every is None:
+        return ""
+    if every == 0:
+        return "none for this model: held-out evals are off in its preset"
+    return f"the first after round {every:,}" if rounds < every else f"next after round {(rounds // every + 1) * every:,}"
+
+
 class DashboardView(QWidget):
     def __init__(self, model: DashboardModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -75,8 +94,9 @@ class DashboardView(QWidget):
         self.cards: dict[str, QLabel] = {}
         for key, name in (("reward_avg", f"reward ({model.window}-round average)"),
                           ("cumulative", "cumulative reward"), ("rounds", "rounds"),
-                          ("zero_std", "zero-std groups"), ("tokens_per_s", "tokens / s")):
+                          ("zero_std", "questions all right or all wrong"), ("tokens_per_s", "tokens / s")):
             frame, value = _card(name)
+            frame.setToolTip(CARD_TIPS.get(key, ""))
             self.cards[key] = value
             cards.addWidget(frame)
         layout.addLayout(cards)
@@ -102,7 +122,7 @@ class DashboardView(QWidget):
         self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
         self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)", colspan=2)
         self.cumulative_plot = self._plot(grid, 1, 0, "Cumulative reward")
-        self.zero_std_plot = self._plot(grid, 1, 1, "Zero-std groups (fraction)")
+        self.zero_std_plot = self._plot(grid, 1, 1, "All right or all wrong (fraction)")
         self.length_plot = self._plot(grid, 1, 2, "Completion length (tokens)")
         self.format_plot = self._plot(grid, 1, 3, "Answer format (fraction)")
         self.speed_plot = self._plot(grid, 2, 0, "Tokens / s")
@@ -110,12 +130,14 @@ class DashboardView(QWidget):
         self.eval_plot = self._plot(grid, 2, 3, "Held-out eval")
         self._titles = {self.specialty_plot: "Reward per specialty (moving average)",
                         self.phase_plot: "Seconds per phase", self.eval_plot: "Held-out eval",
+                        self.zero_std_plot: "All right or all wrong (fraction)",
                         self.format_plot: "Answer format (fraction)"}
         for col in range(4):
             grid.layout.setColumnStretchFactor(col, 1)
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
-        for plot in (self.reward_plot, self.zero_std_plot, self.format_plot):
+        for plot in (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot):
             plot.setYRange(0, 1, padding=0.02)
+        self.zero_std_plot.setToolTip(CARD_TIPS["zero_std"])
 
         s = model.series
         raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
@@ -148,6 +170,8 @@ class DashboardView(QWidget):
         self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
                      dashed={"format bonus weight": PLOT_COLORS[8]})
         self._curriculum_text = ""
+        self._eval_every: int | None = None
+        self._eval_note = ""
         self._seen_version = -1
         self._next_group = 0
 
@@ -157,8 +181,8 @@ class DashboardView(QWidget):
         plot.setLabel("bottom", "round")
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
         plot.getAxis("bottom").enableAutoSIPrefix(False)  # "round (x0.001)" helps nobody
-        plot.setXRange(0, 10, padding=0)  # until data arrives...
-        plot.enableAutoRange(x=True)  # ...then follow it (setXRange had switched auto-range off)
+        plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0)  # a sane empty axis until data arrives...
+        plot.enableAutoRange()  # ...then follow it (setRange had switched auto-range off)
         plot.setMenuEnabled(False)
         return plot
 
@@ -177,7 +201,20 @@ class DashboardView(QWidget):
         keys += [f"<span style='color:{color}'>- -&nbsp;{html.escape(name)}</span>"
                  for name, color in (dashed or {}).items()]
         rows = ["&nbsp; ".join(keys[i:i + 3]) for i in range(0, len(keys), 3)]  # 3 a line: columns stay even
+        if plot is self.eval_plot and getattr(self, "_eval_note", ""):
+            rows.append(f"<i>{html.escape(self._eval_note)}</i>")
         plot.setTitle(f"{self._titles[plot]}<br><span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
+
+    def set_eval_every(self, every: int | None) -> None:
+        if every != self._eval_every:
+            self._eval_every = every
+            self._update_eval_note()
+
+    def _update_eval_note(self) -> None:
+        note = eval_note(self._eval_every, len(self.model.series["pass1"]), self.model.rounds)
+        if note != self._eval_note:
+            self._eval_note = note
+            self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
 
     def refresh(self, full: bool = False) -> None:
         """Redraw the next group of plots that changed (all of them with `full`)."""
@@ -194,6 +231,7 @@ class DashboardView(QWidget):
         if model.version == self._seen_version:
             return
         self._seen_version = model.version
+        self._update_eval_note()
         self.hint.setVisible(model.rounds == 0)
         self.curriculum.setVisible(model.rounds > 0)  # the hint speaks until a round arrives
         text = curriculum_text(model)

@@ -204,6 +204,7 @@ class MainWindow(QMainWindow):
             self._swarm_polled = now  # the swarm counters only come with `status`: poll while shown
             self.refresh_status()
         self.machine.show_progress(self.model.progress)
+        self.dashboard.set_eval_every(self.model.node.eval_every)
         if self.tray is not None:
             self.tray.update_from(self.model.node)
 

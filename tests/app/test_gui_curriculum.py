@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from app.models import AppModel
@@ -128,3 +129,32 @@ def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
     view.refresh(full=True)
     assert view.format_rate.item.getData()[1][-1] == 1.0 and len(view.format_weight.item.getData()[1]) == 2
     assert "off" in view.curriculum.text() and "rung" not in view.curriculum.text()
+
+
+def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qtbot: QtBot) -> None:
+    from engine.events import EvalCompleted
+
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    view.refresh(full=True)
+    for plot in (view.reward_plot, view.cumulative_plot, view.length_plot, view.eval_plot, view.speed_plot):
+        (x0, x1), (y0, y1) = plot.viewRange()
+        assert (x0, x1) == (0, 10) and -0.05 <= y0 <= 0 and 1 <= y1 <= 1.05  # not -4..4 before any data
+    frame = view.cards["zero_std"].parentWidget()
+    assert "zero-std" in frame.toolTip().lower()  # the technical term lives in the tooltip
+    assert "all right or all wrong" in " ".join(w.text() for w in frame.findChildren(QLabel))
+    assert "All right or all wrong" in view.zero_std_plot.titleLabel.text
+    view.set_eval_every(100)
+    assert "the first after round 100" in view.eval_plot.titleLabel.text
+    view.set_eval_every(0)
+    assert "held-out evals are off" in view.eval_plot.titleLabel.text
+    view.set_eval_every(5)
+    for r in range(1, 7):
+        model.apply_round(_round(r))
+    view.refresh(full=True)
+    assert "next after round 10" in view.eval_plot.titleLabel.text  # round 5's eval has not arrived yet
+    model.apply_eval(EvalCompleted(round=5, pass1=0.2, passk=0.5, k=4, per_specialty={}))
+    view.refresh(full=True)
+    assert "after round" not in view.eval_plot.titleLabel.text and "pass@1" in view.eval_plot.titleLabel.text
