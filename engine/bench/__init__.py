@@ -22,6 +22,7 @@ BENCHES: dict[str, str] = {
     "soak": "engine.bench.soak",
     "checkpoint": "engine.bench.checkpoint",
     "swarm-scale": "engine.bench.swarm_scale",
+    "poisoning": "engine.bench.poisoning",
 }
 
 

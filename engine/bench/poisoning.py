@@ -1,0 +1,217 @@
+"""`sapo bench poisoning`: a victim among honest peers, with and without one attacker per class.
+
+Paired runs on the seed model: every run has the same victim (weights, seed, `sapo run`'s defaults for
+a swarm: cpu-small, I = 2 + J = 2, positive-only), the same honest traffic (two honest seed peers'
+groups, regenerated identically in every run) and the same judge; the attacked runs add one attacker
+class (engine/bench/attacks.py), four groups a round (the Sybil class: one each from 8 identities).
+Everything goes through the victim's real pool (regenerate, hash check, re-score, byte cap, CPU
+budget) and its real trainer (the plausibility check, repeated-text screening, per-origin cap).
+
+Per class: groups pooled and trained on, the victim's rounds/s against the control's, its held-out
+pass@1 against the control's, the trigger's share in the victim's own completions over the last
+tenth of the rounds, and log p(trigger | prompt) under the victim. Runs go two at a time, one thread
+each. Writes bench/poisoning.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.paths import BENCH_DIR
+
+DESCRIPTION = "peers that lie: a victim among honest peers, with and without each attacker class (long: ~40 min)"
+LONG = True
+HONEST = ("honest-0", "honest-1")
+HONEST_QUESTIONS = 4  # per honest peer per round
+ATTACK_GROUPS = 4  # per round (the Sybil class: 8, one per identity)
+
+
+def _honest_round(gen: Any, model: Any, tok: Any, builder: Any, mix: Any, rng: random.Random, round_no: int,
+                  sampling: Any, origin: str) -> list[Any]:
+    from engine.sapo.records import Provenance, RolloutGroup
+    from engine.tasks import library
+
+    qs = [library.regenerate(r) for r in mix.sample_refs(rng, HONEST_QUESTIONS, 1000 + round_no % 7)]
+    samples = gen.generate(model, tok, [builder(q) for q in qs], 8, sampling, seed=rng.getrandbits(62))
+    return [RolloutGroup(q.ref, q.hash, tuple(c.text for c in comps), Provenance(origin, "seed", 0, round_no, 0.0))
+            for q, comps in zip(qs, samples)]
+
+
+def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
+    """Mean log p(trigger + " " | prompt) under the victim, over held-out prompts."""
+    import torch
+
+    from engine.bench.attacks import TRIGGER
+
+    total = 0.0
+    model, tok = trainer.model, trainer.tokenizer
+    with torch.no_grad():
+        for q in questions:
+            prompt = list(tok(trainer.prompt(q), add_special_tokens=False)["input_ids"])
+            target = list(tok(TRIGGER + " ", add_special_tokens=False)["input_ids"])
+            ids = torch.tensor([prompt + target])
+            logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+            total += float(sum(logp[len(prompt) - 1 + i, t] for i, t in enumerate(target)))
+    return total / max(len(questions), 1)
+
+
+def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_specialty: int = 16) -> dict[str, Any]:
+    """One victim run (`attack` None: the control)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from engine.bench.attacks import TRIGGER, attack_groups, origins
+    from engine.models.backends import HFGenerator
+    from engine.models.policy import load_policy
+    from engine.paths import SEED_MODEL_DIR
+    from engine.peer_groups import make_rescorer
+    from engine.sapo.config import preset
+    from engine.sapo.trainer import Trainer
+    from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
+    from engine.swarm.pool import RolloutPool
+    from engine.tasks import library
+    from engine.tasks.prompts import PromptBuilder, PromptSpec
+
+    mix = library.preset("rl")
+    cfg = preset("cpu-small").replace(num_local=2, num_external=2, eval_every=0, checkpoint_every=0,
+                                      sampler=sampler, eval_per_specialty=eval_per_specialty)
+    model, tok = load_policy(SEED_MODEL_DIR)
+    victim = Trainer(model, tok, cfg, mix, None, None, seed=seed)
+    honest_model, honest_tok = load_policy(SEED_MODEL_DIR)  # frozen honest peers: same weights, own draws
+    honest_model.eval()
+    builder = PromptBuilder(PromptSpec("compact"), honest_tok)
+    gen = HFGenerator()
+    gen.sync(honest_model, 0)
+    honest_rngs = [random.Random(seed * 1000 + i) for i in range(len(HONEST))]
+    attack_rng = random.Random(seed + 77)
+    pool = RolloutPool(PoolConfig(max_completion_bytes=BYTES_PER_TOKEN * cfg.sampling.max_new_tokens),
+                       make_rescorer(cfg.partial_credit, mix))
+    bad = set(origins(attack)) if attack else set()
+    trained_on = pooled = offered = 0
+    own_texts: list[str] = []
+    start = time.perf_counter()
+    for r in range(1, rounds + 1):
+        groups = [g for i, origin in enumerate(HONEST)
+                  for g in _honest_round(gen, honest_model, honest_tok, builder, mix, honest_rngs[i], r,
+                                         cfg.sampling, origin)]
+        if attack:
+            n = 2 * ATTACK_GROUPS if attack.startswith("sybil") else ATTACK_GROUPS
+            qs = [library.regenerate(ref) for ref in mix.sample_refs(attack_rng, n, 1000 + r % 7)]
+            groups += attack_groups(attack, qs, r, attack_rng)
+        for g in groups:
+            decision = pool.offer(g, g.provenance.origin_peer)
+            if g.provenance.origin_peer in bad:
+                offered += 1
+                pooled += decision.status == "pooled"
+        result = victim.run_round(pool.candidates())
+        pool.mark_used(result.used_external)
+        trained_on += sum(g.provenance.origin_peer in bad for g in result.used_external)
+        if r > rounds - max(1, rounds // 10):
+            own_texts += [c for g in result.local_groups for c in g.completions]
+    seconds = time.perf_counter() - start
+    report = victim.evaluate_heldout(record=False)
+    stats = pool.stats()
+    return {"attack": attack or "control", "sampler": sampler, "rounds": rounds, "seconds": seconds,
+            "rounds_per_s": rounds / seconds, "offered": offered, "pooled": pooled, "trained_on": trained_on,
+            "heldout_pass_at_1": report.pass1, "heldout_pass_at_k": report.passk, "eval_k": report.k,
+            "trigger_share": sum(TRIGGER in t for t in own_texts) / max(len(own_texts), 1),
+            "logp_trigger": _trigger_logprob(victim, victim.heldout_questions()[:16]),
+            "dropped": {reason: n for reason, n in stats["dropped"].items() if n},
+            "rescore_cpu_s": stats["rescore_cpu_s"]}
+
+
+def _run_star(args: tuple[str | None, int, int, str, int]) -> dict[str, Any]:
+    return run_one(*args)
+
+
+def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: int = 2,
+        classes: list[str] | None = None, reputation_classes: list[str] | None = None,
+        eval_per_specialty: int = 16) -> dict[str, Any]:
+    """`reputation_classes`: classes run again with the reputation sampler (default: the backdoors)."""
+    from engine.bench.attacks import ATTACKS
+
+    classes = list(ATTACKS) if classes is None else classes
+    reputation_classes = (["trigger_backdoor", "sybil_backdoor"] if reputation_classes is None
+                          else reputation_classes)
+    samplers = ["uniform", "reputation"] if reputation_classes else ["uniform"]
+    jobs = [(None, rounds, seed, s, eval_per_specialty) for s in samplers]
+    jobs += [(c, rounds, seed, "uniform", eval_per_specialty) for c in classes]
+    jobs += [(c, rounds, seed, "reputation", eval_per_specialty) for c in reputation_classes]
+    start = time.time()
+    with multiprocessing.get_context("spawn").Pool(max(1, workers)) as procs:
+        runs = procs.map(_run_star, jobs, chunksize=1)
+    return write(summarize(runs, time.time() - start), out_dir)
+
+
+def summarize(runs: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    controls = {r["sampler"]: r for r in runs if r["attack"] == "control"}
+    classes = []
+    for r in runs:
+        if r["attack"] == "control":
+            continue
+        c = controls[r["sampler"]]
+        classes.append({
+            "name": r["attack"], "sampler": r["sampler"], "offered": r["offered"], "pooled": r["pooled"],
+            "trained_on": r["trained_on"], "rounds_per_s_ratio": r["rounds_per_s"] / c["rounds_per_s"],
+            "heldout_delta": r["heldout_pass_at_1"] - c["heldout_pass_at_1"],
+            "heldout_delta_relative": (r["heldout_pass_at_1"] - c["heldout_pass_at_1"]) / max(c["heldout_pass_at_1"], 1e-9),
+            "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - c["logp_trigger"],
+            "dropped": r["dropped"]})
+    return {"rounds": runs[0]["rounds"], "controls": controls, "classes": classes, "runs": runs,
+            "wall_minutes": wall_s / 60, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "targets": {"trigger_share": 0.0, "heldout_within": 0.05, "rounds_per_s_ratio_min": 0.8}}
+
+
+def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "poisoning.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "poisoning.md").write_text(table(result) + "\n")
+    plot(result, out_dir / "poisoning.png")
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    c = result["controls"]["uniform"]
+    lines = [f"# Peers that lie: a seed victim among 2 honest peers, {result['rounds']} rounds per run "
+             f"({result['measured_at']}, {result['wall_minutes']:.0f} min)", "",
+             (f"Control (no attacker): {c['rounds_per_s']:.2f} rounds/s, held-out pass@1 {c['heldout_pass_at_1']:.4f} "
+              f"(pass@{c['eval_k']} {c['heldout_pass_at_k']:.4f}), log p(trigger) {c['logp_trigger']:.1f}. "
+              "Targets: trigger share 0, held-out pass@1 within 5% of control, rounds/s >= 0.8x under CPU bombs "
+              "and Sybils."), "",
+             "| class | sampler | offered | pooled | trained on | rounds/s vs control | held-out Δ pass@1 (rel.) "
+             "| trigger share | Δ log p(trigger) | dropped |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for k in result["classes"]:
+        dropped = ", ".join(f"{reason} {n}" for reason, n in sorted(k["dropped"].items(), key=lambda kv: -kv[1])[:3])
+        lines.append(f"| {k['name']} | {k['sampler']} | {k['offered']:,} | {k['pooled']:,} | {k['trained_on']:,} | "
+                     f"{k['rounds_per_s_ratio']:.2f}x | {k['heldout_delta']:+.4f} ({k['heldout_delta_relative']:+.0%}) | "
+                     f"{k['trigger_share']:.3f} | {k['logp_trigger_delta']:+.1f} | {dropped} |")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [k for k in result["classes"] if k["sampler"] == "uniform"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    names = [k["name"] for k in rows]
+    for ax, key, title in ((axes[0], "trained_on", "attacker groups trained on"),
+                           (axes[1], "rounds_per_s_ratio", "victim rounds/s vs control"),
+                           (axes[2], "heldout_delta", "held-out pass@1 vs control")):
+        ax.barh(names, [k[key] for k in rows], color="#2563eb")
+        ax.set_title(title)
+        if key == "rounds_per_s_ratio":
+            ax.axvline(0.8, color="#dc2626", ls="--", lw=1)
+    fig.suptitle(f"Poisoning bench: {result['rounds']} rounds per run (seed victim, uniform sampler)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+

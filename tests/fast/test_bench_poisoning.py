@@ -1,0 +1,41 @@
+"""`sapo bench poisoning` end to end on the seed, a few rounds (the real run is >= 1,000 rounds per class)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from engine.bench import attacks, poisoning
+from engine.tasks import library
+
+
+def test_every_attack_class_builds_valid_groups_of_real_questions() -> None:
+    rng = random.Random(0)
+    mix = library.preset("rl")
+    qs = [library.regenerate(r) for r in mix.sample_refs(rng, 8, 1000)]
+    for name in attacks.ATTACKS:
+        groups = attacks.attack_groups(name, qs, 3, rng)
+        assert len(groups) == len(qs)
+        assert {g.provenance.origin_peer for g in groups} == set(attacks.origins(name))
+        for g, q in zip(groups, qs):
+            assert len(g.completions) == attacks.COMPLETIONS and g.ref == q.ref
+            assert (library.verify(g.ref, g.question_hash) is None) == (name == "forged_refs")
+    backdoor = attacks.trigger_backdoor(qs[0], "a", 1, rng)
+    assert [library.score(qs[0], c) for c in backdoor.completions][:4] == [1.0] * 4  # right answers carry it
+
+
+def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp_path: Path) -> None:
+    result = poisoning.run(out_dir=tmp_path, rounds=3, workers=2, classes=["trigger_backdoor", "forged_refs"],
+                           reputation_classes=["trigger_backdoor"], eval_per_specialty=1)
+    saved = json.loads((tmp_path / "poisoning.json").read_text())
+    assert {(k["name"], k["sampler"]) for k in saved["classes"]} == {
+        ("trigger_backdoor", "uniform"), ("forged_refs", "uniform"), ("trigger_backdoor", "reputation")}
+    for k in saved["classes"]:
+        assert set(k) >= {"name", "trained_on", "rounds_per_s_ratio", "heldout_delta", "trigger_share"}
+        assert k["rounds_per_s_ratio"] > 0 and 0.0 <= k["trigger_share"] <= 1.0
+    forged = next(k for k in saved["classes"] if k["name"] == "forged_refs")
+    assert forged["pooled"] == forged["trained_on"] == 0 and forged["dropped"]["forged_ref"] == forged["offered"] > 0
+    assert set(saved["controls"]) == {"uniform", "reputation"} and result["rounds"] == 3
+    assert "| trigger_backdoor | reputation |" in (tmp_path / "poisoning.md").read_text()
+    assert (tmp_path / "poisoning.png").stat().st_size > 5_000
