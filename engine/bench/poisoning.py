@@ -177,14 +177,14 @@ def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     c = result["controls"]["uniform"]
-    lines = [f"# Peers that lie: a seed victim among 2 honest peers, {result['rounds']} rounds per run "
-             f"({result['measured_at']}, {result['wall_minutes']:.0f} min)", "",
+    lines = [(f"# Peers that lie: a seed victim among 2 honest peers, {result['rounds']} rounds per run "
+              f"({result['measured_at']}, {result['wall_minutes']:.0f} min)"), "",
              (f"Control (no attacker): {c['rounds_per_s']:.2f} rounds/s, held-out pass@1 {c['heldout_pass_at_1']:.4f} "
               f"(pass@{c['eval_k']} {c['heldout_pass_at_k']:.4f}), log p(trigger) {c['logp_trigger']:.1f}. "
               "Targets: trigger share 0, held-out pass@1 within 5% of control, rounds/s >= 0.8x under CPU bombs "
               "and Sybils."), "",
-             "| class | sampler | offered | pooled | trained on | rounds/s vs control | held-out Δ pass@1 (rel.) "
-             "| trigger share | Δ log p(trigger) | dropped |",
+             ("| class | sampler | offered | pooled | trained on | rounds/s vs control | held-out Δ pass@1 (rel.) "
+              "| trigger share | Δ log p(trigger) | dropped |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for k in result["classes"]:
         dropped = ", ".join(f"{reason} {n}" for reason, n in sorted(k["dropped"].items(), key=lambda kv: -kv[1])[:3])

@@ -23,6 +23,8 @@ from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.repeated_text import RepeatedTextGuard
+from engine.sapo.reputation import Reputation
 from engine.sapo.rows import (
     LocalGroup,
     external_rows,
@@ -31,8 +33,6 @@ from engine.sapo.rows import (
     rollout_metrics,
     score_group,
 )
-from engine.sapo.repeated_text import RepeatedTextGuard
-from engine.sapo.reputation import Reputation
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
