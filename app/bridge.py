@@ -77,6 +77,10 @@ class EngineBridge(QObject):
         if self._thread is not None:
             self._thread.join(timeout_s)
 
+    def token(self) -> str:
+        """The engine's control token as of now (it renews with each engine start)."""
+        return self._token_provider()
+
     def take(self, max_items: int = 1_000_000) -> list[Event | LinkChange]:
         """What arrived since the last call, oldest first, at most `max_items` (the rest stays queued)."""
         items: list[Event | LinkChange] = []

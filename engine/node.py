@@ -9,6 +9,7 @@ round in flight is never half-applied: a crash or a kill loses at most that roun
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 
 from engine.bus import EventBus
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
+from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.peer_groups import make_rescorer, rollout_event, task_library_version
 from engine.sapo.config import SapoConfig
@@ -106,6 +108,7 @@ class Node:
         self._refusals_stored: dict[str, int] = {}  # the swarm's refusal counters as last stored
         self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
         self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
+        self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -118,7 +121,8 @@ class Node:
                     "model": self._model_label, "device": self._device, "backend": self._backend,
                     "data_dir": str(self.config.data_dir),
                     "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health(),
-                    "last_crash": self._last_crash, "eval_every": self._eval_every}
+                    "last_crash": self._last_crash, "eval_every": self._eval_every,
+                    "recent": recent_summary(list(self._recent_rounds), time.time())}
 
     def _swarm_health(self) -> dict[str, Any]:
         """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
@@ -415,6 +419,7 @@ class Node:
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
             self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round
+            self._recent_rounds.append((time.time(), float(result.metrics.get("reward_mean", 0.0))))
         self._store_refusals()
 
     def _store_refusals(self) -> None:

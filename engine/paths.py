@@ -22,3 +22,10 @@ BENCH_DIR = REPO_ROOT / "bench"
 def default_data_dir() -> Path:
     """The user's data dir (identity, config, store, checkpoints); `--data-dir` overrides it."""
     return Path(os.environ.get("SAPO_DATA_DIR") or platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def fleet_file() -> Path:
+    """The app's list of the contributor's other engines (URLs and tokens): SAPO_FLEET_FILE or the
+    user's config dir."""
+    override = os.environ.get("SAPO_FLEET_FILE")
+    return Path(override) if override else Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "fleet.json"

@@ -32,6 +32,7 @@ from app.models import AppModel
 from app.theme import STATE_COLORS, app_icon, dot
 from app.tray import TrayIcon
 from app.views.dashboard import DashboardView
+from app.views.fleet import FleetView, local_entry
 from app.views.log import LogView
 from app.views.machine import MachineView, progress_text, short_model_name
 from app.views.peers import PeersView
@@ -39,6 +40,8 @@ from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
 from engine.control.api import ModelProgress
 from engine.events import StateChanged
+from engine.fleet import FleetPoller
+from engine.paths import fleet_file as default_fleet_file
 from engine.supervisor import read_last_crash
 
 SWARM_POLL_S = 2.0  # status polls while the Peers tab is shown (refused/dropped counters)
@@ -47,7 +50,8 @@ MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stall
 
 class MainWindow(QMainWindow):
     def __init__(self, bridge: EngineBridge, model: AppModel | None = None, *, refresh_ms: int = 250,
-                 stop_engine: Callable[[], None] | None = None, use_tray: bool = True) -> None:
+                 stop_engine: Callable[[], None] | None = None, use_tray: bool = True,
+                 fleet_file: Path | None = None) -> None:
         super().__init__()
         self.bridge = bridge
         self.model = model or AppModel()
@@ -76,8 +80,14 @@ class MainWindow(QMainWindow):
         self.machine = MachineView()
         self.settings = SettingsView()
         self.log_view = LogView(m.log)
+        self.fleet_poller = FleetPoller()
+        provider = getattr(bridge, "token", None)
+        self.fleet = FleetView(self.fleet_poller, lambda: local_entry(bridge.url, provider) if provider else None,
+                               fleet_file or default_fleet_file())
+        self.fleet.show_local_requested.connect(lambda: self.tabs.setCurrentWidget(self.dashboard))
         for view, name in ((self.dashboard, "Dashboard"), (self.rollouts, "Shared rollouts"), (self.peers, "Peers"),
-                           (self.machine, "Machine"), (self.settings, "Settings"), (self.log_view, "Log")):
+                           (self.fleet, "Fleet"), (self.machine, "Machine"), (self.settings, "Settings"),
+                           (self.log_view, "Log")):
             self.tabs.addTab(view, name)
         self.tabs.currentChanged.connect(lambda _: self._refresh_views())
         layout.addWidget(self.tabs, 1)
@@ -108,6 +118,7 @@ class MainWindow(QMainWindow):
         self.timer.setInterval(refresh_ms)
         self.timer.timeout.connect(self.tick)
         self.timer.start()
+        self.fleet_poller.start()
         self._update_header()
 
     # --- layout ----------------------------------------------------------------------------------
@@ -205,6 +216,11 @@ class MainWindow(QMainWindow):
             self.refresh_status()
         self.machine.show_progress(self.model.progress)
         self.dashboard.set_eval_every(self.model.node.eval_every)
+        for alert in self.fleet.tick():  # an engine of the fleet stopped, went silent or crashed
+            self.model.log.add("warning", alert)
+            self.statusBar().showMessage(alert, 15000)
+            if self.tray is not None:
+                self.tray.showMessage("SAPO Swarm", alert, QSystemTrayIcon.MessageIcon.Warning, 10000)
         if self.tray is not None:
             self.tray.update_from(self.model.node)
 
@@ -402,5 +418,6 @@ class MainWindow(QMainWindow):
             if error is not None and self._stop_engine is not None:
                 self._stop_engine()  # SIGTERM to the child we started: it checkpoints and says bye
         self.bridge.stop()
+        self.fleet_poller.stop()
         if self.tray is not None:
             self.tray.hide()

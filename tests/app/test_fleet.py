@@ -1,0 +1,81 @@
+"""The fleet: a real engine polled over its control API beside one that cannot be reached, the alerts
+it raises, and the Fleet tab showing them (real widgets offscreen)."""
+
+from __future__ import annotations
+
+import time
+
+from pytestqt.qtbot import QtBot
+
+from engine.fleet import FleetEntry, FleetPoller
+from tests.app.conftest import EngineThread, free_port
+
+WAIT_S = 60.0
+
+
+def _wait(cond, timeout_s: float = WAIT_S) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def test_the_poller_reports_a_real_engine_and_alerts_when_it_stops(engine: EngineThread) -> None:
+    dead = FleetEntry("old-laptop", f"ws://127.0.0.1:{free_port()}", "d" * 43)
+    live = FleetEntry("this machine", engine.url, engine.token)
+    poller = FleetPoller([live, dead], poll_s=0.2, timeout_s=2.0)
+    poller.start()
+    try:
+        _wait(lambda: poller.reports()[0].reachable)
+        first, unreachable = poller.reports()
+        assert first.state == "stopped" and first.model and first.last_contact is not None
+        assert not unreachable.reachable and "cannot reach" in unreachable.error
+        engine.run(engine.node.join())
+        _wait(lambda: poller.reports()[0].round >= 3 and poller.reports()[0].rounds_per_min is not None)
+        assert poller.reports()[0].state in ("in_swarm", "solo", "training")
+        poller.take_alerts()
+        engine.run(engine.node.leave(), timeout=120)
+        _wait(lambda: any("stopped training" in a for a in poller.take_alerts()))
+    finally:
+        poller.stop()
+
+
+def test_the_fleet_tab_lists_this_engine_and_an_added_one_and_raises_their_alerts(
+        qtbot: QtBot, engine: EngineThread, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from app.bridge import EngineBridge
+    from app.views.fleet import LOCAL_NAME
+    from app.views.main_window import MainWindow
+    from engine.fleet import load_fleet
+
+    bridge = EngineBridge(engine.url, lambda: engine.token, reconnect_s=0.1)
+    fleet_file = tmp_path / "fleet.json"
+    win = MainWindow(bridge, refresh_ms=50, use_tray=False, fleet_file=fleet_file)
+    win.fleet_poller.poll_s = 0.2
+    qtbot.addWidget(win)
+    bridge.start()
+    win.show()
+    win.tabs.setCurrentWidget(win.fleet)
+    try:
+        table = win.fleet.table
+        qtbot.waitUntil(lambda: table.rowCount() == 1 and table.item(0, 1).text() == "stopped", timeout=30_000)
+        assert table.item(0, 0).text() == LOCAL_NAME
+        # another engine, reached by URL and token: nobody answers there
+        other = FleetEntry("old-laptop", f"ws://127.0.0.1:{free_port()}", "z" * 43)
+        win.fleet.add(other)
+        assert load_fleet(fleet_file) == [other]
+        qtbot.waitUntil(lambda: table.rowCount() == 2 and table.item(1, 1).text() == "not answering", timeout=30_000)
+        assert "cannot reach" in table.item(1, 0).toolTip()
+        # this engine trains, then stops: the window says so
+        engine.run(engine.node.join())
+        qtbot.waitUntil(lambda: table.item(0, 3).text() not in ("0", "1", "2"), timeout=60_000)
+        engine.run(engine.node.leave(), timeout=120)
+        qtbot.waitUntil(lambda: "stopped training" in win.statusBar().currentMessage(), timeout=30_000)
+        assert any("stopped training" in line.message for line in win.model.log.lines)
+        win.fleet.table.selectRow(1)
+        win.fleet.remove_selected()
+        assert load_fleet(fleet_file) == [] and table.rowCount() == 1
+        win.fleet.open_row(0)  # this window's engine: its dashboard, here
+        assert win.tabs.currentWidget() is win.dashboard
+    finally:
+        win.shutdown()
