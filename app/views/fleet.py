@@ -41,7 +41,7 @@ LOCAL_NAME = "this window's engine"
 HOW_TO_REACH = ("Reach another machine's engine without opening a port: on this machine run "
                 "<code>ssh -N -L 7799:127.0.0.1:&lt;its control port&gt; that-machine</code>, then add "
                 "<code>ws://127.0.0.1:7799</code> with the token from its data dir "
-                "(<code>control-token</code>).")
+                "(<code>control.token</code>).")
 
 
 class AddEngineDialog(QDialog):
