@@ -74,6 +74,7 @@ class PoolConfig:
 
     capacity: int = 512  # groups kept at most; the oldest is evicted first
     max_peer_share: float = 0.25  # fraction of capacity one origin peer may fill
+    max_address_share: float = 0.5  # ... and all origins behind one direct link's network address together
     max_age_s: float = 600.0  # groups received longer ago than this are stale
     max_policy_lag: int = 64  # groups this many policy versions behind their origin's newest are stale
     max_uses: int = 1  # times a group may be trained on before it leaves the pool
@@ -98,13 +99,18 @@ class PoolConfig:
                 raise ValueError(f"PoolConfig.{name} must be an int")  # noqa: TRY004 - config convention
         if self.max_policy_lag < 0:
             raise ValueError("PoolConfig.max_policy_lag must be >= 0")
-        if self.max_peer_share > 1:
-            raise ValueError("PoolConfig.max_peer_share is a fraction of capacity: (0, 1]")
+        if self.max_peer_share > 1 or not 0 < self.max_address_share <= 1 or isinstance(self.max_address_share, bool):
+            raise ValueError("PoolConfig.max_peer_share and max_address_share are fractions of capacity: (0, 1]")
 
     @property
     def per_peer_cap(self) -> int:
         """Groups one origin peer may hold in the pool (at least 1)."""
         return max(1, int(self.capacity * self.max_peer_share))
+
+    @property
+    def per_source_cap(self) -> int:
+        """Groups the origins behind one network address may hold together (at least 1)."""
+        return max(1, int(self.capacity * self.max_address_share))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ DROP_REASONS = (
     "stale_policy",  # generated too many policy versions before its origin's newest
     "expired",  # in the pool longer than max_age_s
     "evicted_peer_share",  # its origin peer exceeded its share; its oldest group made room
+    "evicted_address_share",  # the network address it came from exceeded its share (many identities, one host)
     "evicted_capacity",  # the pool was full; the oldest group made room
 )
 MAX_TRACKED_PEERS = 1024
@@ -70,6 +71,7 @@ class _Entry:
     peer_name: str
     received_at: float
     uses: int = 0
+    source: str = ""  # the network address of the direct link it came over ("" for relays and the board)
 
 
 @dataclass
@@ -110,8 +112,10 @@ class RolloutPool:
         self.rescore_cpu_s = 0.0  # CPU seconds re-scoring has spent (all origins)
 
     # --- writers ------------------------------------------------------------------------------------
-    def offer(self, group: RolloutGroup, peer_name: str = "") -> PoolDecision:
-        """Re-score and keep `group`, or drop it with a reason. Never trusts rewards on the group."""
+    def offer(self, group: RolloutGroup, peer_name: str = "", source: str = "") -> PoolDecision:
+        """Re-score and keep `group`, or drop it with a reason. Never trusts rewards on the group.
+        `source`: the address of the direct link it came over; all identities behind one address share
+        `config.per_source_cap` slots."""
         group = group if group.rewards is None else replace(group, rewards=None)
         key = content_key(group)
         with self._lock:
@@ -141,7 +145,7 @@ class RolloutPool:
         # Keep exactly what was offered, with the verifier's rewards: rescore may only add rewards.
         scored = replace(group, rewards=scored.rewards)
         with self._lock:
-            decisions = self._insert(scored, key, peer_name)
+            decisions = self._insert(scored, key, peer_name, source)
         return self._decided(decisions)
 
     def mark_used(self, groups: Sequence[RolloutGroup]) -> None:
@@ -239,7 +243,7 @@ class RolloutPool:
         if len(self._seen) > self.config.capacity * SEEN_KEYS_PER_SLOT:
             self._seen.popitem(last=False)
 
-    def _insert(self, group: RolloutGroup, key: str, peer_name: str) -> list[PoolDecision]:
+    def _insert(self, group: RolloutGroup, key: str, peer_name: str, source: str = "") -> list[PoolDecision]:
         now = self._clock()
         peer = group.provenance.origin_peer
         decisions = self._expire()
@@ -247,9 +251,13 @@ class RolloutPool:
         # Prefer fresh work: a peer over its share loses its oldest group, not the new one.
         while len(own) >= self.config.per_peer_cap:
             decisions.append(self._evict(own.pop(0), "evicted_peer_share"))
+        if source:  # the same for every identity behind one address
+            same = [k for k, e in self._entries.items() if e.source == source]
+            while len(same) >= self.config.per_source_cap:
+                decisions.append(self._evict(same.pop(0), "evicted_address_share"))
         while len(self._entries) >= self.config.capacity:
             decisions.append(self._evict(next(iter(self._entries)), "evicted_capacity"))
-        self._entries[key] = _Entry(group, peer_name, now)
+        self._entries[key] = _Entry(group, peer_name, now, source=source)
         self._totals["pooled"] += 1
         self._peer(peer, peer_name).pooled += 1
         decisions.append(PoolDecision("pooled", "", group, peer_name, now))

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
@@ -257,7 +258,7 @@ class SwarmService:
     async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
         for event in events:
             if isinstance(event, p.RolloutsReceived):
-                await self._received(event.groups)
+                await self._received(event.groups, _source_address(link))
             elif isinstance(event, p.HelloReceived):
                 await self._hello(link, event)
             elif isinstance(event, p.PeersReceived):
@@ -316,19 +317,19 @@ class SwarmService:
         self._peer_event(self.table.link_opened(event.peer_id, hello.model, hello.tasks, link.found_by,
                                                 link.address))
 
-    async def _received(self, groups: tuple[RolloutGroup, ...]) -> None:
+    async def _received(self, groups: tuple[RolloutGroup, ...], source: str = "") -> None:
         self.counters["groups_received"] += len(groups)
         loop = asyncio.get_running_loop()
-        decisions = await loop.run_in_executor(self._executor, self._offer_all, groups)
+        decisions = await loop.run_in_executor(self._executor, self._offer_all, groups, source)
         for decision, text in decisions:
             self._emit(RolloutSeen.of(decision.group, decision.status, decision.reason, text,
                                       name_for(decision.peer)))
 
-    def _offer_all(self, groups: tuple[RolloutGroup, ...]) -> list[tuple[PoolDecision, str]]:
+    def _offer_all(self, groups: tuple[RolloutGroup, ...], source: str = "") -> list[tuple[PoolDecision, str]]:
         """Worker thread: re-score and pool each group; describe the pooled ones for the feed."""
         out = []
         for group in groups:
-            decision = self.pool.offer(group, name_for(group.provenance.origin_peer))
+            decision = self.pool.offer(group, name_for(group.provenance.origin_peer), source)
             text = self._question_text(group) if decision.status == "pooled" else _describe(group)
             out.append((decision, text))
         return out
@@ -445,3 +446,14 @@ def _advertise(listen_host: str) -> str:
     addrs, up = system_interfaces()
     usable = pick_interfaces(addrs, up, None)
     return usable[0] if usable else "127.0.0.1"
+
+
+def _source_address(link: Link) -> str:
+    """The host a direct peer link comes from (its groups share one pool quota with every identity
+    there); "" for a bootstrap's relay, which forwards many hosts' frames."""
+    if link.hello is not None and link.hello.role == "bootstrap":
+        return ""
+    address = link.address
+    if "://" in address:
+        return urlsplit(address).hostname or ""
+    return address.rsplit(":", 1)[0].strip("[]")

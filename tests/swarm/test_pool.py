@@ -227,3 +227,32 @@ def test_with_the_pools_minute_spent_only_light_origins_are_scored() -> None:
         pool.offer(make_group(sybil, i))
     assert [pool.offer(make_group(s, 10 + i)).reason for i, s in enumerate(heavy)] == ["over_cpu_budget"] * 4
     assert pool.offer(make_group(PEER_B, 99)).status == "pooled"  # an honest peer is not starved
+
+
+def test_identities_behind_one_address_share_one_quota() -> None:
+    """Eight identities from one host fill at most the address's share; a peer elsewhere keeps its own."""
+    cfg = PoolConfig(capacity=16, max_peer_share=0.25, max_address_share=0.25)
+    pool = RolloutPool(cfg, lambda g: g.with_rewards(tuple(0.0 for _ in g.completions)))
+    sybils = [Identity.generate().peer_id for _ in range(8)]
+    for i in range(40):
+        pool.offer(make_group(sybils[i % 8], i), "sybil", source="203.0.113.7")
+    honest = [pool.offer(make_group(PEER_B, 100 + i), "honest", source="198.51.100.2") for i in range(4)]
+    held = [g.provenance.origin_peer for g in pool.candidates()]
+    assert sum(o in sybils for o in held) == cfg.per_source_cap == 4  # one address: 4 of 16 slots
+    assert all(d.status == "pooled" for d in honest) and held.count(PEER_B) == 4
+    assert pool.stats()["dropped"]["evicted_address_share"] == 36
+    for i in range(8):  # through a relay or the board (no address): only the per-peer share applies
+        pool.offer(make_group(sybils[i], 500 + i), "sybil")
+    assert sum(o in sybils for o in (g.provenance.origin_peer for g in pool.candidates())) > 4
+
+
+def test_a_links_source_address_is_its_host_and_relays_have_none() -> None:
+    from types import SimpleNamespace
+
+    from engine.swarm.service import _source_address
+
+    node = SimpleNamespace(role="node")
+    assert _source_address(SimpleNamespace(hello=node, address="203.0.113.7:51234")) == "203.0.113.7"
+    assert _source_address(SimpleNamespace(hello=node, address="[2001:db8::1]:7000")) == "2001:db8::1"
+    assert _source_address(SimpleNamespace(hello=node, address="ws://10.0.0.5:7700")) == "10.0.0.5"
+    assert _source_address(SimpleNamespace(hello=SimpleNamespace(role="bootstrap"), address="ws://b:7700")) == ""
