@@ -8,7 +8,7 @@ import time
 from pytestqt.qtbot import QtBot
 
 from engine.fleet import FleetEntry, FleetPoller
-from tests.app.conftest import EngineThread, free_port
+from conftest import EngineThread, free_port
 
 WAIT_S = 60.0
 
