@@ -162,8 +162,8 @@ class Node:
         if self._worker is None:
             self._set_state("stopped")
             return
+        self._stop_requested = True  # first: the worker then never paints over "leaving"
         self._set_state("leaving", "finishing the round in flight")
-        self._stop_requested = True
         self._wake.set()
         await asyncio.to_thread(self._worker.join)
         self._worker = None
@@ -335,7 +335,7 @@ class Node:
                     trainer.save_checkpoint()
                     trainer = None  # free the old weights before loading the new ones
                     trainer = self._build_trainer()
-                self._set_state("in_swarm" if self._peer_count() else "solo")
+                self._set_state("in_swarm" if self._peer_count() else "solo", training=True)
                 self._run_one_round(trainer)
                 done += 1
                 if self.config.rounds and done >= self.config.rounds:
@@ -435,9 +435,14 @@ class Node:
         self.store.record_refusals(delta)
 
     # ---- bookkeeping ------------------------------------------------------------------------------
-    def _set_state(self, state: str, detail: str = "") -> None:
+    def _set_state(self, state: str, detail: str = "", training: bool = False) -> None:
+        """`training`: the worker starting a round; a leave or pause asked for meanwhile keeps its
+        "leaving" / "pausing" (the round still runs, and the state says what comes after it)."""
         with self._lock:
             if (state, detail) == (self._state, self._detail):
+                return
+            if training and ((self._state == "leaving" and self._stop_requested)
+                             or (self._state == "pausing" and self._pause_requested)):
                 return
             self._state, self._detail = state, detail
         self.bus.publish(StateChanged(state=state, detail=detail))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
+from conftest import EngineThread, free_port
 from pytestqt.qtbot import QtBot
 
 from engine.fleet import FleetEntry, FleetPoller
-from conftest import EngineThread, free_port
 
 WAIT_S = 60.0
 
