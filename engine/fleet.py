@@ -234,7 +234,10 @@ class FleetPoller:
                             await client.connect(open_timeout_s=self.timeout_s)
                         report = report_from_status(entry, await clients[entry.url][1].call("status"), time.time())
                     except (ControlError, OSError, TimeoutError) as exc:
-                        clients.pop(entry.url, None)
+                        failed = clients.pop(entry.url, None)
+                        if failed is not None:  # a call that timed out leaves its connection open
+                            with contextlib.suppress(Exception):
+                                await failed[1].close()
                         report = EngineReport(entry.name, entry.url, error=str(exc)[:200])
                     self._record(entry, report, now)
                 await asyncio.sleep(self.poll_s)

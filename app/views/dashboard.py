@@ -166,12 +166,12 @@ class DashboardView(QWidget):
              _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
              _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
         self._curves = [c for group in self._groups for c in group]
+        self._eval_every: int | None = None
+        self._eval_note = ""  # under the held-out plot's legend until its first point
         self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
         self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
                      dashed={"format bonus weight": PLOT_COLORS[8]})
         self._curriculum_text = ""
-        self._eval_every: int | None = None
-        self._eval_note = ""
         self._seen_version = -1
         self._next_group = 0
 
@@ -201,7 +201,7 @@ class DashboardView(QWidget):
         keys += [f"<span style='color:{color}'>- -&nbsp;{html.escape(name)}</span>"
                  for name, color in (dashed or {}).items()]
         rows = ["&nbsp; ".join(keys[i:i + 3]) for i in range(0, len(keys), 3)]  # 3 a line: columns stay even
-        if plot is self.eval_plot and getattr(self, "_eval_note", ""):
+        if plot is self.eval_plot and self._eval_note:
             rows.append(f"<i>{html.escape(self._eval_note)}</i>")
         plot.setTitle(f"{self._titles[plot]}<br><span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
 

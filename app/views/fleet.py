@@ -199,13 +199,12 @@ class FleetView(QWidget):
 
     @staticmethod
     def _cells(r: EngineReport, now: float) -> tuple[str, ...]:
-        name = LOCAL_NAME if r.name == LOCAL_NAME else r.name
         state = (r.state if r.reachable else "checking…" if r.checked_at is None
                  else "not answering" if r.last_contact is None else f"silent ({r.state})")
         rate = f"{r.rounds_per_min:,.1f}" if r.rounds_per_min is not None else "–"
         reward = f"{r.reward:.3f} {r.trend}".strip() if r.reward is not None else "–"
         contact = ago(r.last_contact, now) if r.last_contact is not None else "never"
-        return (name, state, r.model or "–", f"{r.round:,}", rate, reward, contact)
+        return (r.name, state, r.model or "–", f"{r.round:,}", rate, reward, contact)
 
 
 def local_entry(url: str, token_provider: Callable[[], str]) -> FleetEntry | None:

@@ -15,7 +15,6 @@ each. Writes bench/poisoning.{json,md,png}.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import random
 import time
@@ -168,11 +167,9 @@ def summarize(runs: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "poisoning.json").write_text(json.dumps(result, indent=1))
-    (out_dir / "poisoning.md").write_text(table(result) + "\n")
-    plot(result, out_dir / "poisoning.png")
-    return result
+    from engine.bench import save_results
+
+    return save_results(out_dir, "poisoning", result, table, plot)
 
 
 def table(result: dict[str, Any]) -> str:

@@ -103,11 +103,9 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "real_learning.json").write_text(json.dumps(result, indent=1))
-    (out_dir / "real_learning.md").write_text(table(result) + "\n")
-    plot(result, out_dir / "real_learning.png")
-    return result
+    from engine.bench import save_results
+
+    return save_results(out_dir, "real_learning", result, table, plot)
 
 
 def add_replicate(out_dir: Path, other_json: Path, seed: int) -> dict[str, Any]:
