@@ -23,6 +23,7 @@ from engine.bus import EventBus
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
+from engine.memory import HeapTrimmer, MemoryConfig
 from engine.peer_groups import make_rescorer, rollout_event, task_library_version
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import RolloutGroup
@@ -52,6 +53,7 @@ class NodeConfig:
     device: str | None = None  # "cpu" / "cuda" / "mps"; None = the best available (GPU setting allowing)
     backend: str = "auto"  # engine.models.backends.BACKENDS; "auto" = sapo doctor's fit for this model
     llamacpp: Any = None  # engine.models.llamacpp.LlamaCppConfig for the llama.cpp backend; None = its defaults
+    memory: MemoryConfig = field(default_factory=MemoryConfig)  # native heap trims between rounds
 
     def __post_init__(self) -> None:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
@@ -64,6 +66,8 @@ class NodeConfig:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
             raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
+        if not isinstance(self.memory, MemoryConfig):
+            raise TypeError("memory must be a MemoryConfig")
         if self.real_sapo is not None and not isinstance(self.real_sapo, SapoConfig):
             raise TypeError("real_sapo must be a SapoConfig or None")
         if self.llamacpp is not None:
@@ -109,6 +113,7 @@ class Node:
         self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
         self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
+        self._heap = HeapTrimmer(config.memory)
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -122,7 +127,8 @@ class Node:
                     "data_dir": str(self.config.data_dir),
                     "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health(),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,
-                    "recent": recent_summary(list(self._recent_rounds), time.time())}
+                    "recent": recent_summary(list(self._recent_rounds), time.time()),
+                    "memory": self._heap.status()}
 
     def _swarm_health(self) -> dict[str, Any]:
         """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
@@ -421,6 +427,7 @@ class Node:
             self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round
             self._recent_rounds.append((time.time(), float(result.metrics.get("reward_mean", 0.0))))
         self._store_refusals()
+        self._heap.after_round()
 
     def _store_refusals(self) -> None:
         """What the swarm refused since the last round goes to the store (frames; groups are rows of

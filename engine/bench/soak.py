@@ -105,6 +105,8 @@ def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dic
     sample = {"t_s": round(time.monotonic() - t0, 1), "rss_mib": proc.memory_info().rss / 2**20,
               "fds": proc.num_fds(), "threads": proc.num_threads(), "store_mib": _store_mib(data_dir),
               "round": status.get("round"), "pool_size": swarm.get("pool_size"), "state": status.get("state")}
+    heap = (status.get("memory") or {}).get("heap") or {}
+    sample["heap_in_use_mib"], sample["heap_free_held_mib"] = heap.get("in_use_mib"), heap.get("free_held_mib")
     for name, other in others.items():
         try:
             sample[f"{name}_rss_mib"] = psutil.Process(other.pid).memory_info().rss / 2**20
@@ -211,7 +213,10 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
         "rss_floors": [[round(t * 60, 2), v] for t, v in zip(floor_t, floor_v)],
         "rss_mib_after_warmup": [after[0]["rss_mib"], after[-1]["rss_mib"]] if after else None,
         "fd_growth": growth("fds"), "thread_growth": growth("threads"),
-        "store_slope_mib_per_hour": slope("store_mib"), "pool_max": max(pools) if pools else None,
+        "store_slope_mib_per_hour": slope("store_mib"),
+        # malloc's own view (glibc): in use rising = a leak; only free-but-held rising = fragmentation
+        "heap_in_use_slope_mib_per_hour": slope("heap_in_use_mib"),
+        "heap_free_held_slope_mib_per_hour": slope("heap_free_held_mib"), "pool_max": max(pools) if pools else None,
         "peer_rss_slopes_mib_per_hour": {k[:-8]: slope(k) for k in (samples[0] if samples else {})
                                          if k.endswith("_rss_mib")},
         "crashed": crashed, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -250,6 +255,8 @@ def table(result: dict[str, Any]) -> str:
          f"{_se(result['rss_slope_all_samples_se'])} MiB/h | |"),
         f"| open descriptors growth (median, last vs first tenth) | {result['fd_growth']:+.0f} | 0 |",
         f"| threads growth (same) | {result['thread_growth']:+.0f} | 0 |",
+        (f"| malloc heap in use / free but held, slopes | {result.get('heap_in_use_slope_mib_per_hour', 0.0):+.3f}"
+         f" / {result.get('heap_free_held_slope_mib_per_hour', 0.0):+.3f} MiB/h | |"),
         f"| store size slope | {result['store_slope_mib_per_hour']:+.3f} MiB/h | bounded |",
         f"| pool size (max) | {result['pool_max']} | ≤ capacity |",
         f"| rounds trained | {result['rounds']} | |",
