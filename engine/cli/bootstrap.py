@@ -21,8 +21,17 @@ def register(sub: Any) -> None:
     p.add_argument("--peer-rate", type=float, default=None,
                    help="frames per second one peer may send (token bucket refill)")
     p.add_argument("--nats", action="append", default=[], metavar="URL",
-                   help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable); "
+                   help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable), in "
+                        "operator mode with this bootstrap's keys (see --nats-auth-out; needs --data-dir); "
                         "default: start an embedded nats-server with JetStream")
+    p.add_argument("--nats-auth-out", type=Path, default=None, metavar="FILE",
+                   help="write the operator-mode lines for an operator's own nats-servers (include FILE in "
+                        "each server's config) from the keys in --data-dir, then exit")
+    p.add_argument("--nats-open", action="store_true",
+                   help="with --nats: the cluster takes anonymous clients and nodes get no credential (a "
+                        "network you trust only: any client can overwrite any node's slot)")
+    p.add_argument("--board-replicas", type=int, default=1,
+                   help="copies of the board's stream in a --nats cluster (1-5; 3 survives a server's loss)")
     p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
     p.add_argument("--nats-ws-port", type=int, default=7702,
                    help="its websocket port, for nodes that reach only HTTP(S) (0 = any free, -1 = none); put a "
@@ -46,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     from engine.swarm.errors import SwarmError
     from engine.swarm.identity import Identity
 
+    if args.nats_auth_out is not None:
+        return _write_nats_auth(args)
     try:
         limits = ProtocolLimits()
         if args.peer_rate is not None:
@@ -60,8 +71,19 @@ def run(args: argparse.Namespace) -> int:
     nats = authority = None
     try:
         board_lists = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
+        if not 1 <= args.board_replicas <= 5:
+            raise ValueError("--board-replicas must be between 1 and 5")
         if args.nats:
             config = dataclasses.replace(config, board_urls=tuple(args.nats), **board_lists)
+            if not args.nats_open:
+                if args.data_dir is None:
+                    raise ValueError("--nats needs --data-dir (the keys the cluster was configured with, "
+                                     "see --nats-auth-out), or --nats-open for a cluster without credentials")
+                from engine.swarm.nats_auth import Authority
+
+                authority = Authority.load_or_create(args.data_dir)
+                print(f"[info] board: NATS cluster {', '.join(args.nats)} (each node may write only its own key)",
+                      file=sys.stderr, flush=True)
         elif not args.no_nats:
             from engine.swarm.nats_auth import Authority
 
@@ -94,8 +116,11 @@ def run(args: argparse.Namespace) -> int:
         if task is not None:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
-        if nats is not None and authority is not None:
-            await _create_board(nats.url, authority, config.limits.max_frame_bytes)
+        if authority is not None:
+            urls = [nats.url] if nats is not None else list(args.nats)
+            await _create_board(urls, authority, config.limits.max_frame_bytes, args.board_replicas)
+            if nats is None:
+                await _refuse_open_cluster(urls)
         watchdog = asyncio.ensure_future(_supervise_nats(nats)) if nats is not None else None
         try:
             await server.serve_forever()
@@ -123,11 +148,76 @@ def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None) -> 
                                        auth_config=auth_config)).start()
 
 
-async def _create_board(url: str, authority: Any, max_frame_bytes: int) -> None:
+async def _create_board(urls: list[str], authority: Any, max_frame_bytes: int, replicas: int,
+                        patience_s: float = 30.0) -> None:
+    """Make the board's stream; a cluster still electing its JetStream leader gets `patience_s`."""
+    import asyncio
+    import time
+
     from engine.swarm.config import PoolConfig
+    from engine.swarm.errors import ConnectError
     from engine.swarm.nats_board import create_board_stream
 
-    await create_board_stream(url, authority, max_age_s=PoolConfig().max_age_s, max_frame_bytes=max_frame_bytes)
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            await create_board_stream(urls, authority, max_age_s=PoolConfig().max_age_s,
+                                      max_frame_bytes=max_frame_bytes, replicas=replicas)
+            return
+        except Exception as exc:  # nats-py raises unrelated types; the last one is reported
+            why = getattr(exc, "why", "") or str(exc) or type(exc).__name__
+            if "Authorization" in why:  # another operator's cluster, or an open one: waiting cannot help
+                raise ConnectError(", ".join(urls), why, "the cluster does not know this bootstrap's keys: "
+                                   "write them with `sapo bootstrap --data-dir DIR --nats-auth-out FILE` and "
+                                   "include FILE in every server's config (or pass --nats-open)") from exc
+            if time.monotonic() >= deadline:
+                raise ConnectError(", ".join(urls), why, "is the cluster up, with JetStream, and are there "
+                                   f"at least {replicas} servers for --board-replicas?") from exc
+            await asyncio.sleep(1.0)
+
+
+async def _refuse_open_cluster(urls: list[str]) -> None:
+    """Credentials mean nothing on a cluster that also lets anyone in: say so instead of pretending."""
+    import nats
+
+    from engine.swarm.errors import ConnectError
+
+    try:
+        anonymous = await nats.connect(servers=urls, connect_timeout=3.0, allow_reconnect=False,
+                                       max_reconnect_attempts=1, error_cb=_quiet)
+    except Exception:  # noqa: BLE001 -- refused, as it should be
+        return
+    await anonymous.close()
+    raise ConnectError(", ".join(urls), "the cluster accepts clients without credentials",
+                       "any client could overwrite any node's slot: include the file from `sapo bootstrap "
+                       "--data-dir DIR --nats-auth-out FILE` in every server's config, or pass --nats-open")
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py logs a traceback per failed attempt by default; the refusal is the expected answer here."""
+
+
+def _write_nats_auth(args: argparse.Namespace) -> int:
+    """The operator-mode lines an operator includes in each of their own nats-servers' configs."""
+    import sys
+
+    from engine.swarm.nats_auth import Authority
+
+    if args.data_dir is None:
+        print("sapo bootstrap: --nats-auth-out needs --data-dir (where this bootstrap keeps its keys)", file=sys.stderr)
+        return 2
+    authority = Authority.load_or_create(args.data_dir)
+    out = Path(args.nats_auth_out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("# SAPO Swarm board: operator mode with this bootstrap's keys (JWTs only, no secret).\n"
+                   "# Include it in every server of the cluster: include \"" + out.name + "\"\n"
+                   + authority.server_config())
+    tmp.replace(out)
+    print(f"wrote {out}: include it in each nats-server's config (with jetstream and cluster routes), then run "
+          f"sapo bootstrap --data-dir {args.data_dir} --nats nats://SERVER:4222 ... --board-replicas 3",
+          file=sys.stderr)
+    return 0
 
 
 def _advertised(host: str, port: int, scheme: str = "nats") -> str:

@@ -95,8 +95,8 @@ class NatsBoard:
             self.nc = None
 
 
-async def create_board_stream(url: str, authority: Any, *, stream: str = STREAM, max_age_s: float = 600.0,
-                              max_frame_bytes: int = 1 << 20) -> None:
+async def create_board_stream(urls: str | Sequence[str], authority: Any, *, stream: str = STREAM,
+                              max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1) -> None:
     """Make (or update) the board's stream as the bootstrap's own user (nodes may not)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -104,7 +104,8 @@ async def create_board_stream(url: str, authority: Any, *, stream: str = STREAM,
 
     key = Ed25519PrivateKey.generate()
     cred = authority.admin(key)
-    board = NatsBoard([url], stream=stream, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes, create=True,
+    board = NatsBoard([urls] if isinstance(urls, str) else list(urls), stream=stream, max_age_s=max_age_s,
+                      max_frame_bytes=max_frame_bytes, replicas=replicas, create=True,
                       connect_options=connect_options(key.sign, lambda: cred))
     await board.connect()
     await board.close()
