@@ -20,8 +20,8 @@ from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
 
 def _bootstrap(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "engine", "bootstrap", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", "engine", "bootstrap", *args], check=False, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _cluster(auth_config: str) -> list[NatsServer]:
