@@ -282,7 +282,6 @@ class Node:
             swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
         info = {"model_id": self._model_id(), "task_lib_version": task_library_version()}
         self._swarm = SwarmService(self._identity, swarm_cfg, self._pool, info, self.bus.publish,
-                                   question_text=lambda g: tasks.regenerate(g.ref).text,
                                    replay_state=self.config.data_dir / "replay-guard.json")
         await self._swarm.start()
         self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
@@ -292,7 +291,7 @@ class Node:
         """Groups that left the pool unused reach the feed and the store like every other decision
         (offers are reported by the swarm service, uses by the round)."""
         if decision.evicted:
-            self.bus.publish(rollout_event(decision.group, "dropped", decision.reason))
+            self.bus.publish(rollout_event(decision.group, "dropped", decision.reason, decision.question))
 
     async def _stop_swarm(self) -> None:
         if self._swarm is not None:
@@ -419,8 +418,8 @@ class Node:
         result = trainer.run_round(external)
         if self._pool is not None and result.used_external:
             self._pool.mark_used(result.used_external)
-            for group in result.used_external:
-                self.bus.publish(rollout_event(group, "used"))
+            for verified in result.used_external:
+                self.bus.publish(rollout_event(verified.group, "used", question=verified.question))
         self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version

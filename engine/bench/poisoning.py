@@ -109,7 +109,7 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
                 pooled += decision.status == "pooled"
         result = victim.run_round(pool.candidates())
         pool.mark_used(result.used_external)
-        trained_on += sum(g.provenance.origin_peer in bad for g in result.used_external)
+        trained_on += sum(v.group.provenance.origin_peer in bad for v in result.used_external)
         if r > rounds - max(1, rounds // 10):
             own_texts += [c for g in result.local_groups for c in g.completions]
     seconds = time.perf_counter() - start

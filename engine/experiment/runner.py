@@ -136,7 +136,7 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
             if cfg.external:  # nobody reads a solo swarm's groups: skip the re-scoring work
                 swarm.publish(agent.index, result.local_groups)
             own = [list(g.rewards or ()) for g in result.local_groups]
-            used = [list(g.rewards or ()) for g in result.used_external]
+            used = [list(v.group.rewards or ()) for v in result.used_external]
             reward_a, groups_trained = measures.trained_on_reward(own, used)
             m = result.metrics
             rounds.append({**base, "local": cfg.local, "external": cfg.external, "strategy": cfg.strategy,

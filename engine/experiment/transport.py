@@ -15,7 +15,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from engine.sapo.records import RolloutGroup
+from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.swarm.config import PoolConfig, ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
@@ -45,7 +45,7 @@ class RoundClock:
 class InMemorySwarm:
     """N agents fully connected through signed frames; one RolloutPool per agent."""
 
-    def __init__(self, identities: Sequence[Identity], rescore: Callable[[RolloutGroup], RolloutGroup | None],
+    def __init__(self, identities: Sequence[Identity], rescore: Callable[[RolloutGroup], VerifiedGroup | None],
                  pool_max_age_rounds: float, *, lockstep: bool, limits: ProtocolLimits | None = None) -> None:
         if len(identities) < 1:
             raise ValueError("a swarm needs at least one agent")
@@ -110,9 +110,9 @@ class InMemorySwarm:
             pooled += decision.status == "pooled"
         return pooled
 
-    def candidates(self, receiver: int) -> list[RolloutGroup]:
-        """Scored, non-expired peers' groups in `receiver`'s pool."""
+    def candidates(self, receiver: int) -> list[VerifiedGroup]:
+        """Verified, non-expired peers' groups in `receiver`'s pool."""
         return self.pools[receiver].candidates()
 
-    def mark_used(self, receiver: int, groups: Sequence[RolloutGroup]) -> None:
+    def mark_used(self, receiver: int, groups: Sequence[VerifiedGroup]) -> None:
         self.pools[receiver].mark_used(groups)

@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from engine.tasks.reference import TaskRef
+
+if TYPE_CHECKING:
+    from engine.tasks.library import Question
 
 LOCAL_PEER = "local"
 
@@ -74,3 +78,23 @@ class RolloutGroup:
         if self.generator_logprobs is not None:
             return tuple((math.fsum(lp), len(lp), min(lp, default=0.0)) for lp in self.generator_logprobs)
         return self.logprob_summary
+
+
+@dataclass(frozen=True)
+class VerifiedGroup:
+    """A peer's group as this node checked it, once: the question regenerated from the group's
+    reference (its hash matched) and every completion scored by the local verifier. The pool keeps
+    these, and the trainer trains on them as they are, without regenerating or re-verifying.
+
+    group:     exactly the completions that were offered, with this node's rewards
+    question:  the regenerated question (text, ground truth, scorer entry)
+    """
+
+    group: RolloutGroup
+    question: Question
+
+    def __post_init__(self) -> None:
+        if self.group.rewards is None or len(self.group.rewards) != len(self.group.completions):
+            raise ValueError("a verified group carries one local reward per completion")
+        if self.question.hash != self.group.question_hash or self.question.ref != self.group.ref:
+            raise ValueError("a verified group's question must be the one its reference regenerates")

@@ -1,7 +1,8 @@
 """The SAPO round on one node: generate -> score -> select (I own + J external) -> update -> record.
 
-The node drives a Trainer: it publishes `RoundResult.local_groups`, feeds back external groups that
-it has already verified (question regenerated, hash checked) and re-scored locally, and calls
+The node drives a Trainer: it publishes `RoundResult.local_groups`, feeds back external groups as
+the pool verified them, once (`VerifiedGroup`: question regenerated, hash checked, re-scored
+locally; the trainer uses that question as it is), and calls
 `save_checkpoint()` on a clean stop. Everything random comes from one `random.Random` whose state is
 checkpointed, so `Trainer.resume` continues exactly: same next batch, same next loss.
 """
@@ -22,7 +23,7 @@ from engine.events import EvalCompleted, Event, RoundCompleted
 from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
 from engine.sapo.rows import (
@@ -39,7 +40,6 @@ from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
 
-DROP_QUESTION_MISMATCH = "question_mismatch"
 DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
 DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
 
@@ -51,7 +51,7 @@ class RoundResult:
     round: int  # 1-based count of rounds this trainer has completed, this one included
     policy_version: int  # optimizer steps taken after this round's update
     local_groups: tuple[RolloutGroup, ...]  # all I own groups, scored (published even when filtered)
-    used_external: tuple[RolloutGroup, ...]  # external groups that entered the loss
+    used_external: tuple[VerifiedGroup, ...]  # external groups that entered the loss
     dropped_external: tuple[tuple[RolloutGroup, str], ...]  # external groups left out, with the reason
     metrics: dict[str, float]  # names as in the store's rounds table
     per_specialty_reward: dict[str, float]  # own-generation reward mean per specialty
@@ -116,7 +116,7 @@ class Trainer:
         self._checkpointed: tuple[int, int] | None = None  # (round, policy_version) of the newest checkpoint
 
     # -- the round --------------------------------------------------------------------------------
-    def run_round(self, external: Sequence[RolloutGroup] = ()) -> RoundResult:
+    def run_round(self, external: Sequence[VerifiedGroup] = ()) -> RoundResult:
         cfg, lib = self.cfg, self._lib
         t0 = time.perf_counter()
         round_no = self.round + 1
@@ -146,26 +146,29 @@ class Trainer:
             self.repeated_text.observe_own(group.completions, q.text)
         t_score = time.perf_counter()
 
-        external = [shape_rewards(g, weight) for g in external]  # unscored ones stay as they are
+        # Shaped copies for selection, each mapped back to its verified record (and question).
+        verified_of: dict[int, VerifiedGroup] = {}
+        shaped_ext: list[RolloutGroup] = []
+        for v in external:
+            g = shape_rewards(v.group, weight)
+            verified_of[id(g)] = v
+            shaped_ext.append(g)
         if cfg.repeated_text.enabled:
-            for g in external:  # every candidate counts once: its origin's habits and its record here
+            for g in shaped_ext:  # every candidate counts once: its origin's habits and its record here
                 if not g.is_local and self.repeated_text.is_new(g):
-                    q = lib.verify(g.ref, g.question_hash)
-                    if q is not None:
-                        self.repeated_text.observe(g, q.text)
-                        self.reputation.record(g.provenance.origin_peer,
-                                               flagged=self.repeated_text.screen(g, q.text)[1] > 0)
+                    text = verified_of[id(g)].question.text
+                    self.repeated_text.observe(g, text)
+                    self.reputation.record(g.provenance.origin_peer,
+                                           flagged=self.repeated_text.screen(g, text)[1] > 0)
         repeated = 0
-        selection = select_groups([lg.group for lg in shaped], external, cfg.num_external, self.sampler,
+        selection = select_groups([lg.group for lg in shaped], shaped_ext, cfg.num_external, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
-        used_ext, fitted, ext_prompts, ext_ids, screened_out = [], [], [], [], []
+        used_ext: list[VerifiedGroup] = []
+        fitted, ext_prompts, ext_ids, screened_out = [], [], [], []
         for g in selection.external:
-            q = lib.verify(g.ref, g.question_hash)  # the node verified it; this guards the trainer's own use
-            if q is None:
-                dropped.append((g, DROP_QUESTION_MISMATCH))
-                continue
+            q = verified_of[id(g)].question
             screened, removed = self.repeated_text.screen(g, q.text)
             if removed:
                 repeated += removed
@@ -180,7 +183,7 @@ class Trainer:
                     dropped.append((g, DROP_CUT_NO_SIGNAL))
                     self.reputation.record(g.provenance.origin_peer, flagged=True)
                     continue
-            used_ext.append(g)
+            used_ext.append(verified_of[id(g)])
             screened_out.append(removed)
             fitted.append(view)
             ext_prompts.append(self.prompt(q))
@@ -192,9 +195,9 @@ class Trainer:
         self._mid_update = True
         stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
-        for k, g in enumerate(used_ext):  # what training found out beyond the first look
+        for k, v in enumerate(used_ext):  # what training found out beyond the first look
             if screened_out[k] or k in stats.implausible_sources:
-                self.reputation.record(g.provenance.origin_peer, flagged=True)
+                self.reputation.record(v.group.provenance.origin_peer, flagged=True)
         self.reputation_snapshot = self.reputation.snapshot()
         self.round = round_no
         self._mid_update = False

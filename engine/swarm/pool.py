@@ -1,8 +1,8 @@
 """The bounded pool of rollout groups received from peers.
 
 Every group offered is re-scored locally first (`rescore` regenerates the question from its task
-reference, checks the hash, and scores each completion with the local verifier); a forged or unknown
-reference is dropped. Kept groups are bounded by capacity, by a per-peer share, by age (since receipt)
+reference, checks the hash, and scores each completion with the local verifier, once, into a
+`VerifiedGroup` that the pool keeps and hands to the trainer); a forged or unknown reference is dropped. Kept groups are bounded by capacity, by a per-peer share, by age (since receipt)
 and by policy staleness (versions behind the newest seen from the same origin). Content-identical
 groups are kept once. Every decision is counted per peer and kept in a short history.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.sapo.records import RolloutGroup
+from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.swarm.config import PoolConfig
 from engine.swarm.limits import KeyedBuckets, TokenBucket
 
@@ -59,6 +59,7 @@ class PoolDecision:
     peer_name: str
     at: float
     evicted: bool = False  # it had been pooled and left unused (capacity, share, age, stale policy)
+    question: Any = None  # its regenerated question once verified (pooled, used, evicted); else None
 
     @property
     def peer(self) -> str:
@@ -67,11 +68,15 @@ class PoolDecision:
 
 @dataclass
 class _Entry:
-    group: RolloutGroup
+    verified: VerifiedGroup
     peer_name: str
     received_at: float
     uses: int = 0
     source: str = ""  # the network address of the direct link it came over ("" for relays and the board)
+
+    @property
+    def group(self) -> RolloutGroup:
+        return self.verified.group
 
 
 @dataclass
@@ -91,7 +96,7 @@ class _PeerStats:
 class RolloutPool:
     """Peers' scored rollout groups, bounded and deduplicated. See the module docstring."""
 
-    def __init__(self, config: PoolConfig, rescore: Callable[[RolloutGroup], RolloutGroup | None],
+    def __init__(self, config: PoolConfig, rescore: Callable[[RolloutGroup], VerifiedGroup | None],
                  clock: Callable[[], float] = time.time,
                  on_decision: Callable[[PoolDecision], None] | None = None) -> None:
         self.config = config
@@ -140,19 +145,21 @@ class RolloutPool:
             return self._decided([self._drop(group, peer_name, "rescore_error", error)])
         if scored is None:
             return self._decided([self._drop(group, peer_name, "forged_ref")])
-        if scored.rewards is None or len(scored.rewards) != len(group.completions):
-            return self._decided([self._drop(group, peer_name, "rescore_error", "no rewards")])
+        rewards = scored.group.rewards if isinstance(scored, VerifiedGroup) else None
+        if rewards is None or len(rewards) != len(group.completions) or scored.question.hash != group.question_hash:
+            return self._decided([self._drop(group, peer_name, "rescore_error", "not verified")])
         # Keep exactly what was offered, with the verifier's rewards: rescore may only add rewards.
-        scored = replace(group, rewards=scored.rewards)
+        verified = VerifiedGroup(replace(group, rewards=rewards), scored.question)
         with self._lock:
-            decisions = self._insert(scored, key, peer_name, source)
+            decisions = self._insert(verified, key, peer_name, source)
         return self._decided(decisions)
 
-    def mark_used(self, groups: Sequence[RolloutGroup]) -> None:
+    def mark_used(self, groups: Sequence[VerifiedGroup]) -> None:
         """The trainer used these groups; after `max_uses` uses a group leaves the pool."""
         decisions = []
         with self._lock:
-            for group in groups:
+            for verified in groups:
+                group = verified.group
                 key = content_key(group)
                 entry = self._entries.get(key)
                 if entry is None:
@@ -162,15 +169,16 @@ class RolloutPool:
                 self._peer(group.provenance.origin_peer, entry.peer_name).used += 1
                 if entry.uses >= self.config.max_uses:
                     del self._entries[key]
-                decisions.append(PoolDecision("used", "", entry.group, entry.peer_name, self._clock()))
+                decisions.append(PoolDecision("used", "", entry.group, entry.peer_name, self._clock(),
+                                              question=entry.verified.question))
         self._finish(decisions)
 
     # --- readers ------------------------------------------------------------------------------------
-    def candidates(self) -> list[RolloutGroup]:
-        """Current, non-stale, scored groups, oldest first (expired and policy-stale ones are dropped)."""
+    def candidates(self) -> list[VerifiedGroup]:
+        """Current, non-stale, verified groups, oldest first (expired and policy-stale ones are dropped)."""
         with self._lock:
             decisions = self._expire()
-            groups = [entry.group for entry in self._entries.values()]
+            groups = [entry.verified for entry in self._entries.values()]
         self._finish(decisions)
         return groups
 
@@ -243,8 +251,9 @@ class RolloutPool:
         if len(self._seen) > self.config.capacity * SEEN_KEYS_PER_SLOT:
             self._seen.popitem(last=False)
 
-    def _insert(self, group: RolloutGroup, key: str, peer_name: str, source: str = "") -> list[PoolDecision]:
+    def _insert(self, verified: VerifiedGroup, key: str, peer_name: str, source: str = "") -> list[PoolDecision]:
         now = self._clock()
+        group = verified.group
         peer = group.provenance.origin_peer
         decisions = self._expire()
         own = [k for k, e in self._entries.items() if e.group.provenance.origin_peer == peer]
@@ -257,15 +266,16 @@ class RolloutPool:
                 decisions.append(self._evict(same.pop(0), "evicted_address_share"))
         while len(self._entries) >= self.config.capacity:
             decisions.append(self._evict(next(iter(self._entries)), "evicted_capacity"))
-        self._entries[key] = _Entry(group, peer_name, now, source=source)
+        self._entries[key] = _Entry(verified, peer_name, now, source=source)
         self._totals["pooled"] += 1
         self._peer(peer, peer_name).pooled += 1
-        decisions.append(PoolDecision("pooled", "", group, peer_name, now))
+        decisions.append(PoolDecision("pooled", "", group, peer_name, now, question=verified.question))
         return decisions
 
     def _evict(self, key: str, reason: str) -> PoolDecision:
         entry = self._entries.pop(key)
-        return replace(self._count_drop(entry.group, entry.peer_name, reason), evicted=True)
+        return replace(self._count_drop(entry.group, entry.peer_name, reason), evicted=True,
+                       question=entry.verified.question)
 
     def _expire(self) -> list[PoolDecision]:
         now, decisions = self._clock(), []

@@ -53,7 +53,6 @@ class SwarmService:
 
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
-                 question_text: Callable[[RolloutGroup], str] = _describe,
                  make_board: Callable[..., Any] | None = None, replay_state: Path | None = None) -> None:
         self.identity = identity
         self.config = config
@@ -61,7 +60,6 @@ class SwarmService:
         self.model = str(node_info.get("model_id", ""))
         self.tasks = str(node_info.get("task_lib_version", ""))
         self._emit = emit
-        self._question_text = question_text
         self.protocol = p.SwarmProtocol(identity, config.limits)
         self.table = PeerTable(forget_after_s=config.forget_peers_after_s)
         self._links: set[Link] = set()  # every live link, in handshake or open
@@ -321,18 +319,14 @@ class SwarmService:
         self.counters["groups_received"] += len(groups)
         loop = asyncio.get_running_loop()
         decisions = await loop.run_in_executor(self._executor, self._offer_all, groups, source)
-        for decision, text in decisions:
+        for decision in decisions:  # a pooled group's feed text is its verified question's
+            text = decision.question.text if decision.question is not None else _describe(decision.group)
             self._emit(RolloutSeen.of(decision.group, decision.status, decision.reason, text,
                                       name_for(decision.peer)))
 
-    def _offer_all(self, groups: tuple[RolloutGroup, ...], source: str = "") -> list[tuple[PoolDecision, str]]:
-        """Worker thread: re-score and pool each group; describe the pooled ones for the feed."""
-        out = []
-        for group in groups:
-            decision = self.pool.offer(group, name_for(group.provenance.origin_peer), source)
-            text = self._question_text(group) if decision.status == "pooled" else _describe(group)
-            out.append((decision, text))
-        return out
+    def _offer_all(self, groups: tuple[RolloutGroup, ...], source: str = "") -> list[PoolDecision]:
+        """Worker thread: re-score and pool each group."""
+        return [self.pool.offer(group, name_for(group.provenance.origin_peer), source) for group in groups]
 
     async def _duplicate(self, where: str, we_are_second: bool) -> None:
         error = DuplicateIdentityError(self.identity.peer_id, where)

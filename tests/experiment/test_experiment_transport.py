@@ -39,7 +39,7 @@ def test_lockstep_holds_frames_until_the_barrier_and_rescores_locally() -> None:
     assert swarm.candidates(1) == []  # not before the barrier
     swarm.clock.now = 2.0
     assert swarm.flush() == 2  # one frame to each of the two other agents
-    got = swarm.candidates(1)
+    got = [v.group for v in swarm.candidates(1)]
     assert sorted(g.rewards for g in got) == [(0.0, 0.0, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0)]
     assert all(g.provenance.origin_peer == agent_identity(9, 0).peer_id for g in got)
     assert swarm.candidates(0) == []  # a sender never receives its own groups
@@ -101,7 +101,7 @@ def test_pooled_groups_enter_the_trainers_update_and_leave_the_pool(tmp_path: Pa
     questions.start_round(1)
     result = trainer.run_round(swarm.candidates(1))
     assert len(result.used_external) == 2  # the all-wrong group was filtered (zero advantage)
-    assert all(len(set(g.rewards or ())) > 1 for g in result.used_external)
+    assert all(len(set(v.group.rewards or ())) > 1 for v in result.used_external)
     assert result.metrics["rows_trained"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
     swarm.mark_used(1, result.used_external)

@@ -10,7 +10,7 @@ import pytest
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import (
     RepeatedTextConfig,
     RepeatedTextGuard,
@@ -112,9 +112,10 @@ def test_the_trainer_drops_the_backdoor_and_keeps_the_honest_peer(tmp_path: Path
                      repeated_text=RepeatedTextConfig(min_questions=3))
     trainer = Trainer(model, tok, cfg, preset("rl"), None, None, 7)
     qs = _questions(6)
-    first = trainer.run_round([_backdoor(q) for q in qs[:2]])  # too few questions to tell yet
+    first = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:2]])  # too few questions to tell yet
     assert len(first.used_external) == 2 and first.metrics["external_repeated_text"] == 0
-    later = trainer.run_round([_backdoor(q) for q in qs[2:]] + [_honest(q) for q in qs[2:4]])
-    assert {g.provenance.origin_peer for g in later.used_external} == {"honest"}
+    later = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[2:]]
+                              + [VerifiedGroup(_honest(q), q) for q in qs[2:4]])
+    assert {v.group.provenance.origin_peer for v in later.used_external} == {"honest"}
     assert sum(why == DROP_REPEATED_TEXT for _, why in later.dropped_external) == 4
     assert later.metrics["external_repeated_text"] == 16

@@ -12,7 +12,7 @@ import pytest
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.reputation import Reputation, ReputationConfig, ReputationSampler
 from engine.sapo.sampler import make_sampler
 from engine.sapo.trainer import Trainer
@@ -101,8 +101,9 @@ def _honest_groups_used(model_dir: Path, sampler: str, rounds: int) -> tuple[int
     used = 0
     for r in range(rounds):
         qs = [library.regenerate(preset("rl").ref("basic_arithmetic", 1000, 10 * r + k)) for k in range(4)]
-        result = trainer.run_round([_backdoor(qs[0]), _backdoor(qs[1]), _honest(qs[2]), _honest(qs[3])])
-        used += sum(g.provenance.origin_peer == "honest" for g in result.used_external)
+        groups = [_backdoor(qs[0]), _backdoor(qs[1]), _honest(qs[2]), _honest(qs[3])]
+        result = trainer.run_round([VerifiedGroup(g, q) for g, q in zip(groups, qs)])
+        used += sum(v.group.provenance.origin_peer == "honest" for v in result.used_external)
     return used, trainer
 
 

@@ -19,7 +19,7 @@ from engine.events import EvalCompleted, Event, RoundCompleted
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.trainer import Trainer
 from engine.store import Store
 from engine.tasks.library import preset, regenerate
@@ -91,10 +91,12 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
     flat = RolloutGroup(q.ref, q.hash, ("x", "y", "z", "w"), prov).with_rewards((1.0, 1.0, 1.0, 1.0))
     forged = RolloutGroup(q.ref, "0" * 64, ("a", "bb", "c", "dd"), prov).with_rewards((1.0, 0.0, 1.0, 0.0))
     unscored = RolloutGroup(q.ref, q.hash, ("a", "b"), prov)
-    second = trainer.run_round([mixed, flat, forged, unscored])
-    assert second.used_external == (mixed,)
-    reasons = {why for _, why in second.dropped_external}
-    assert reasons == {"zero_advantage", "question_mismatch", "not_rescored"}
+    for bad in (forged, unscored):  # neither can become a verified group, so neither reaches a trainer
+        with pytest.raises(ValueError, match="verified group"):
+            VerifiedGroup(bad, q)
+    second = trainer.run_round([VerifiedGroup(mixed, q), VerifiedGroup(flat, q)])
+    assert second.used_external == (VerifiedGroup(mixed, q),)
+    assert [(g.completions, why) for g, why in second.dropped_external] == [(flat.completions, "zero_advantage")]
     assert second.eval is not None and second.eval.k == 2
     kinds = [type(e) for e in events]
     assert kinds == [RoundCompleted, RoundCompleted, EvalCompleted]
@@ -116,6 +118,6 @@ def test_an_external_completion_is_scored_on_the_text_it_is_trained_on(model_dir
     padded = RolloutGroup(q.ref, q.hash, ("n", " " * 500 + "7", " " * 500 + "7", "n"), prov).with_rewards(
         (0.0, 1.0, 1.0, 0.0))  # what the pool's scoring of the full text gave
     honest = RolloutGroup(q.ref, q.hash, ("7", "n", "7", "n"), prov).with_rewards((1.0, 0.0, 1.0, 0.0))
-    result = trainer.run_round([padded, honest])
-    assert result.used_external == (honest,)
+    result = trainer.run_round([VerifiedGroup(padded, q), VerifiedGroup(honest, q)])
+    assert result.used_external == (VerifiedGroup(honest, q),)
     assert [(g.completions, why) for g, why in result.dropped_external] == [(padded.completions, "cut_no_signal")]

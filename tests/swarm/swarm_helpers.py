@@ -5,19 +5,35 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.swarm.identity import Identity, b64url
 from engine.swarm.wire import canonical
 from engine.tasks.reference import TaskRef, question_hash
+
+_TEXTS: dict[str, str] = {}  # question text by hash, for the groups make_group built
+
+
+def stub_rescore(rewards: Any) -> Any:
+    """A pool gate for make_group's made-up questions: the question is the text make_group hashed,
+    the rewards `rewards(group)`. Unknown hashes raise (the pool drops them as rescore errors)."""
+    from engine.tasks.library import Question
+
+    def rescore(group: RolloutGroup) -> VerifiedGroup:
+        question = Question(ref=group.ref, text=_TEXTS[group.question_hash], answer=None, entry={})
+        return VerifiedGroup(group.with_rewards(tuple(rewards(group))), question)
+
+    return rescore
 
 
 def make_group(origin: str, index: int = 0, completions: tuple[str, ...] = ("4", "5"),
                policy_version: int = 3, question: str | None = None,
                logprobs: tuple[tuple[float, ...], ...] | None = None) -> RolloutGroup:
     ref = TaskRef("basic_arithmetic", {"min_terms": 2, "max_terms": 2}, seed=7, index=index)
+    text = question if question is not None else f"what is 2+{index}?"
+    _TEXTS[question_hash(text)] = text
     return RolloutGroup(
         ref=ref,
-        question_hash=question_hash(question if question is not None else f"what is 2+{index}?"),
+        question_hash=question_hash(text),
         completions=completions,
         provenance=Provenance(origin, "seed", policy_version, round=11, created_at=time.time()),
         generator_logprobs=logprobs,
@@ -58,14 +74,11 @@ def real_groups(origin: str, n: int, seed: int = 5, policy_version: int = 3) -> 
     return groups
 
 
-def library_rescore(group: RolloutGroup) -> RolloutGroup | None:
+def library_rescore(group: RolloutGroup) -> VerifiedGroup | None:
     """What the node passes to RolloutPool: regenerate from the ref, check the hash, score locally."""
-    from engine.tasks import library
+    from engine.peer_groups import make_rescorer
 
-    question = library.verify(group.ref, group.question_hash)
-    if question is None:
-        return None
-    return group.with_rewards(tuple(library.score(question, c) for c in group.completions))
+    return make_rescorer(partial_credit=False)(group)
 
 
 # --- async scaffolding for service tests ------------------------------------------------------------

@@ -60,11 +60,11 @@ async def test_three_nodes_exchange_through_one_bootstrap() -> None:
             assert await node.service.publish(sent[node.identity.peer_id]) == 1  # one link: the bootstrap
         for node in nodes:
             await wait_for(lambda node=node: len(node.pool) == 4, what="4 groups from 2 peers")
-            got = {(g.provenance.origin_peer, g.ref) for g in node.pool.candidates()}
+            got = {(v.group.provenance.origin_peer, v.group.ref) for v in node.pool.candidates()}
             expected = {(pid, g.ref) for pid, groups in sent.items() if pid != node.identity.peer_id
                         for g in groups}
             assert got == expected
-            assert all(g.rewards is not None and g.rewards[0] == 1.0 for g in node.pool.candidates())
+            assert all(v.group.rewards is not None and v.group.rewards[0] == 1.0 for v in node.pool.candidates())
             assert {e.status for e in node.of_type("RolloutSeen")} == {"pooled"}
         st = await status(server)
         assert len(st["peers"]) == 3 and st["frames"]["rollouts"] == 3 and st["frames"]["relayed"] == 6
@@ -118,7 +118,7 @@ async def test_forged_task_reference_is_dropped_by_the_receiver() -> None:
         await wait_for(lambda: len(b.of_type("RolloutSeen")) == 2, what="two decisions")
         seen = {(e.status, e.reason) for e in b.of_type("RolloutSeen")}
         assert seen == {("pooled", ""), ("dropped", "forged_ref")}
-        assert [g.ref for g in b.pool.candidates()] == [good.ref]
+        assert [v.group.ref for v in b.pool.candidates()] == [good.ref]
     finally:
         await a.service.stop()
         await b.service.stop()

@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 
 import pytest
-from swarm_helpers import library_rescore, make_group, real_groups
+from swarm_helpers import library_rescore, make_group, real_groups, stub_rescore
 
 from engine.sapo.records import Provenance
 from engine.swarm.config import PoolConfig
@@ -35,7 +35,9 @@ def test_real_groups_are_rescored_locally() -> None:
     decision = pool.offer(forged_rewards, "amber-otter")
     assert decision.status == "pooled"
     assert decision.group.rewards == (1.0, 0.0, 0.0)
-    assert pool.candidates() == [decision.group]
+    [verified] = pool.candidates()  # the record the trainer gets: the group as offered, verified once
+    assert verified.group == decision.group and verified.question.hash == group.question_hash
+    assert decision.question is verified.question
 
 
 def test_forged_task_reference_is_dropped() -> None:
@@ -53,7 +55,7 @@ def test_forged_task_reference_is_dropped() -> None:
 
 
 def test_duplicates_by_content() -> None:
-    pool = RolloutPool(PoolConfig(), lambda g: g.with_rewards((1.0,) * len(g.completions)))
+    pool = RolloutPool(PoolConfig(), stub_rescore(lambda g: (1.0,) * len(g.completions)))
     group = make_group(PEER_A, 1)
     assert pool.offer(group).status == "pooled"
     assert pool.offer(group).reason == "duplicate"
@@ -83,18 +85,18 @@ def test_local_groups_are_refused() -> None:
 
 def test_capacity_and_per_peer_share_evict_oldest() -> None:
     cfg = PoolConfig(capacity=4, max_peer_share=0.5)
-    pool = RolloutPool(cfg, lambda g: g.with_rewards((0.0,) * len(g.completions)))
+    pool = RolloutPool(cfg, stub_rescore(lambda g: (0.0,) * len(g.completions)))
     for i in range(3):
         pool.offer(make_group(PEER_A, i))
     # Peer A may hold 2: its oldest (index 0) made room.
-    assert [g.ref.index for g in pool.candidates()] == [1, 2]
+    assert [v.group.ref.index for v in pool.candidates()] == [1, 2]
     for i in range(10, 13):
         pool.offer(make_group(PEER_B, i))
-    assert [(g.provenance.origin_peer == PEER_A, g.ref.index) for g in pool.candidates()] == [
+    assert [(v.group.provenance.origin_peer == PEER_A, v.group.ref.index) for v in pool.candidates()] == [
         (True, 1), (True, 2), (False, 11), (False, 12)]
     third = Identity.generate().peer_id
     pool.offer(make_group(third, 20))
-    assert len(pool) == 4 and pool.candidates()[0].ref.index == 2  # global oldest evicted
+    assert len(pool) == 4 and pool.candidates()[0].group.ref.index == 2  # global oldest evicted
     dropped = pool.stats()["dropped"]
     assert dropped == {"evicted_peer_share": 2, "evicted_capacity": 1}
 
@@ -103,16 +105,16 @@ def test_age_and_policy_staleness() -> None:
     clock = Clock()
     cfg = PoolConfig(max_age_s=60.0, max_policy_lag=5)
     seen: list = []
-    pool = RolloutPool(cfg, lambda g: g.with_rewards((1.0,) * len(g.completions)), clock=clock,
+    pool = RolloutPool(cfg, stub_rescore(lambda g: (1.0,) * len(g.completions)), clock=clock,
                        on_decision=seen.append)
     pool.offer(make_group(PEER_A, 1, policy_version=10))
     clock.now += 30
     pool.offer(make_group(PEER_B, 2, policy_version=10))
     clock.now += 31  # group 1 is now 61 s old
-    assert [g.ref.index for g in pool.candidates()] == [2]
+    assert [v.group.ref.index for v in pool.candidates()] == [2]
     # B's policy moves to version 20: its version-10 group is now stale, and so is a late old one.
     pool.offer(make_group(PEER_B, 3, policy_version=20))
-    assert [g.ref.index for g in pool.candidates()] == [3]
+    assert [v.group.ref.index for v in pool.candidates()] == [3]
     assert pool.offer(make_group(PEER_B, 4, policy_version=14)).reason == "stale_policy"
     assert pool.offer(make_group(PEER_B, 5, policy_version=15)).status == "pooled"
     assert pool.stats()["dropped"] == {"expired": 1, "stale_policy": 2}
@@ -153,7 +155,7 @@ def test_rescore_errors_are_counted_not_raised() -> None:
 
 def test_concurrent_offers_and_reads() -> None:
     pool = RolloutPool(PoolConfig(capacity=64, max_peer_share=1.0),
-                       lambda g: g.with_rewards((1.0,) * len(g.completions)))
+                       stub_rescore(lambda g: (1.0,) * len(g.completions)))
     errors: list[BaseException] = []
 
     def writer(base: int) -> None:
@@ -203,7 +205,7 @@ def test_rescoring_cpu_is_budgeted_per_origin_and_refills() -> None:
 
     def rescore(group):  # the real verifier's cost, exaggerated for one origin
         _burn(costly[group.provenance.origin_peer])
-        return group.with_rewards(tuple(0.0 for _ in group.completions))
+        return stub_rescore(lambda g: tuple(0.0 for _ in g.completions))(group)
 
     pool = RolloutPool(PoolConfig(rescore_cpu_s_per_peer=0.1, rescore_cpu_s_total=10.0), rescore, clock=clock)
     reasons = [pool.offer(make_group(PEER_A, i)).reason for i in range(6)]
@@ -220,7 +222,7 @@ def test_with_the_pools_minute_spent_only_light_origins_are_scored() -> None:
 
     def rescore(group):
         _burn(0.0 if group.provenance.origin_peer == PEER_B else 0.05)
-        return group.with_rewards(tuple(0.0 for _ in group.completions))
+        return stub_rescore(lambda g: tuple(0.0 for _ in g.completions))(group)
 
     pool = RolloutPool(PoolConfig(rescore_cpu_s_per_peer=0.08, rescore_cpu_s_total=0.1), rescore, clock=clock)
     for i, sybil in enumerate(heavy):  # each fresh identity gets one group in, then the total is gone
@@ -232,18 +234,18 @@ def test_with_the_pools_minute_spent_only_light_origins_are_scored() -> None:
 def test_identities_behind_one_address_share_one_quota() -> None:
     """Eight identities from one host fill at most the address's share; a peer elsewhere keeps its own."""
     cfg = PoolConfig(capacity=16, max_peer_share=0.25, max_address_share=0.25)
-    pool = RolloutPool(cfg, lambda g: g.with_rewards(tuple(0.0 for _ in g.completions)))
+    pool = RolloutPool(cfg, stub_rescore(lambda g: tuple(0.0 for _ in g.completions)))
     sybils = [Identity.generate().peer_id for _ in range(8)]
     for i in range(40):
         pool.offer(make_group(sybils[i % 8], i), "sybil", source="203.0.113.7")
     honest = [pool.offer(make_group(PEER_B, 100 + i), "honest", source="198.51.100.2") for i in range(4)]
-    held = [g.provenance.origin_peer for g in pool.candidates()]
+    held = [v.group.provenance.origin_peer for v in pool.candidates()]
     assert sum(o in sybils for o in held) == cfg.per_source_cap == 4  # one address: 4 of 16 slots
     assert all(d.status == "pooled" for d in honest) and held.count(PEER_B) == 4
     assert pool.stats()["dropped"]["evicted_address_share"] == 36
     for i in range(8):  # through a relay or the board (no address): only the per-peer share applies
         pool.offer(make_group(sybils[i], 500 + i), "sybil")
-    assert sum(o in sybils for o in (g.provenance.origin_peer for g in pool.candidates())) > 4
+    assert sum(o in sybils for o in (v.group.provenance.origin_peer for v in pool.candidates())) > 4
 
 
 def test_a_links_source_address_is_its_host_and_relays_have_none() -> None:

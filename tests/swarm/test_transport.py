@@ -96,7 +96,7 @@ async def test_direct_peers_and_oversize_messages() -> None:
         assert local[0].provenance.origin_peer == LOCAL_PEER
         await b.service.publish(local)  # origin "local" goes out as b's signed peer id
         await wait_for(lambda: len(a.pool) == 2, what="groups over the direct link")
-        assert {g.provenance.origin_peer for g in a.pool.candidates()} == {b.identity.peer_id}
+        assert {v.group.provenance.origin_peer for v in a.pool.candidates()} == {b.identity.peer_id}
         with pytest.raises(ValueError, match="own groups only"):
             await b.service.publish(real_groups(a.identity.peer_id, 1))
         # A raw client sending a message over max_size gets disconnected (1009), the node lives on.
