@@ -1,8 +1,8 @@
 """`sapo bench poisoning`: a victim among honest peers, with and without one attacker per class.
 
 Paired runs on the seed model: every run has the same victim (weights, seed, `sapo run`'s defaults for
-a swarm: cpu-small, I = 2 + J = 2, positive-only), the same honest traffic (two honest seed peers'
-groups, regenerated identically in every run) and the same judge; the attacked runs add one attacker
+a swarm: cpu-small, I = 2 + J = 2, positive-only), the same honest traffic (two frozen honest seed
+peers' groups, generated once per peer before the runs and replayed in each) and the same judge; the attacked runs add one attacker
 class (engine/bench/attacks.py), four groups a round (the Sybil class: one each from 8 identities).
 Everything goes through the victim's real pool (regenerate, hash check, re-score, byte cap, CPU
 budget) and its real trainer (the plausibility check, repeated-text screening, per-origin cap).
@@ -30,15 +30,40 @@ HONEST_QUESTIONS = 4  # per honest peer per round
 ATTACK_GROUPS = 4  # per round (the Sybil class: 8, one per identity)
 
 
-def _honest_round(gen: Any, model: Any, tok: Any, builder: Any, mix: Any, rng: random.Random, round_no: int,
-                  sampling: Any, origin: str) -> list[Any]:
+def _victim_config(sampler: str, eval_per_specialty: int) -> Any:
+    from engine.sapo.config import preset
+
+    return preset("cpu-small").replace(num_local=2, num_external=2, eval_every=0, checkpoint_every=0,
+                                       sampler=sampler, eval_per_specialty=eval_per_specialty)
+
+
+def honest_traffic(peer: int, rounds: int, seed: int) -> list[list[Any]]:
+    """One frozen honest peer's groups for every round (`HONEST[peer]`, its own draws): the same in
+    every run, so it is generated once and replayed."""
+    import torch
+
+    torch.set_num_threads(1)
+    from engine.models.backends import HFGenerator
+    from engine.models.policy import load_policy
+    from engine.paths import SEED_MODEL_DIR
     from engine.sapo.records import Provenance, RolloutGroup
     from engine.tasks import library
+    from engine.tasks.prompts import PromptBuilder, PromptSpec
 
-    qs = [library.regenerate(r) for r in mix.sample_refs(rng, HONEST_QUESTIONS, 1000 + round_no % 7)]
-    samples = gen.generate(model, tok, [builder(q) for q in qs], 8, sampling, seed=rng.getrandbits(62))
-    return [RolloutGroup(q.ref, q.hash, tuple(c.text for c in comps), Provenance(origin, "seed", 0, round_no, 0.0))
-            for q, comps in zip(qs, samples)]
+    mix, sampling = library.preset("rl"), _victim_config("uniform", 1).sampling
+    model, tok = load_policy(SEED_MODEL_DIR)
+    model.eval()
+    builder = PromptBuilder(PromptSpec("compact"), tok)
+    gen = HFGenerator()
+    gen.sync(model, 0)
+    rng, origin = random.Random(seed * 1000 + peer), HONEST[peer]
+    traffic = []
+    for round_no in range(1, rounds + 1):
+        qs = [library.regenerate(r) for r in mix.sample_refs(rng, HONEST_QUESTIONS, 1000 + round_no % 7)]
+        samples = gen.generate(model, tok, [builder(q) for q in qs], 8, sampling, seed=rng.getrandbits(62))
+        traffic.append([RolloutGroup(q.ref, q.hash, tuple(c.text for c in comps),
+                                     Provenance(origin, "seed", 0, round_no, 0.0)) for q, comps in zip(qs, samples)])
+    return traffic
 
 
 def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
@@ -59,34 +84,28 @@ def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
     return total / max(len(questions), 1)
 
 
-def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_specialty: int = 16) -> dict[str, Any]:
-    """One victim run (`attack` None: the control)."""
+def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_specialty: int = 16,
+            traffic: list[list[list[Any]]] | None = None) -> dict[str, Any]:
+    """One victim run (`attack` None: the control). `traffic`: each honest peer's groups per round
+    (`honest_traffic`); None generates it here."""
     import torch
 
     torch.set_num_threads(1)
     from engine.bench.attacks import TRIGGER, attack_groups, origins
-    from engine.models.backends import HFGenerator
     from engine.models.policy import load_policy
     from engine.paths import SEED_MODEL_DIR
     from engine.peer_groups import make_rescorer
-    from engine.sapo.config import preset
     from engine.sapo.trainer import Trainer
     from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
     from engine.swarm.pool import RolloutPool
     from engine.tasks import library
-    from engine.tasks.prompts import PromptBuilder, PromptSpec
 
     mix = library.preset("rl")
-    cfg = preset("cpu-small").replace(num_local=2, num_external=2, eval_every=0, checkpoint_every=0,
-                                      sampler=sampler, eval_per_specialty=eval_per_specialty)
+    cfg = _victim_config(sampler, eval_per_specialty)
     model, tok = load_policy(SEED_MODEL_DIR)
     victim = Trainer(model, tok, cfg, mix, None, None, seed=seed)
-    honest_model, honest_tok = load_policy(SEED_MODEL_DIR)  # frozen honest peers: same weights, own draws
-    honest_model.eval()
-    builder = PromptBuilder(PromptSpec("compact"), honest_tok)
-    gen = HFGenerator()
-    gen.sync(honest_model, 0)
-    honest_rngs = [random.Random(seed * 1000 + i) for i in range(len(HONEST))]
+    if traffic is None:
+        traffic = [honest_traffic(i, rounds, seed) for i in range(len(HONEST))]
     attack_rng = random.Random(seed + 77)
     pool = RolloutPool(PoolConfig(max_completion_bytes=BYTES_PER_TOKEN * cfg.sampling.max_new_tokens),
                        make_rescorer(cfg.partial_credit, mix))
@@ -95,9 +114,7 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     own_texts: list[str] = []
     start = time.perf_counter()
     for r in range(1, rounds + 1):
-        groups = [g for i, origin in enumerate(HONEST)
-                  for g in _honest_round(gen, honest_model, honest_tok, builder, mix, honest_rngs[i], r,
-                                         cfg.sampling, origin)]
+        groups = [g for peer in traffic for g in peer[r - 1]]
         if attack:
             n = 2 * ATTACK_GROUPS if attack.startswith("sybil") else ATTACK_GROUPS
             qs = [library.regenerate(ref) for ref in mix.sample_refs(attack_rng, n, 1000 + r % 7)]
@@ -124,8 +141,12 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
             "rescore_cpu_s": stats["rescore_cpu_s"]}
 
 
-def _run_star(args: tuple[str | None, int, int, str, int]) -> dict[str, Any]:
+def _run_star(args: tuple[Any, ...]) -> dict[str, Any]:
     return run_one(*args)
+
+
+def _traffic_star(args: tuple[int, int, int]) -> list[list[Any]]:
+    return honest_traffic(*args)
 
 
 def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: int = 2,
@@ -138,12 +159,18 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
     reputation_classes = (["trigger_backdoor", "sybil_backdoor"] if reputation_classes is None
                           else reputation_classes)
     samplers = ["uniform", "reputation"] if reputation_classes else ["uniform"]
-    jobs = [(None, rounds, seed, s, eval_per_specialty) for s in samplers]
-    jobs += [(c, rounds, seed, "uniform", eval_per_specialty) for c in classes]
-    jobs += [(c, rounds, seed, "reputation", eval_per_specialty) for c in reputation_classes]
     start = time.time()
     with multiprocessing.get_context("spawn").Pool(max(1, workers)) as procs:
-        runs = procs.map(_run_star, jobs, chunksize=1)
+        traffic = procs.map(_traffic_star, [(i, rounds, seed) for i in range(len(HONEST))], chunksize=1)
+        print(f"poisoning: honest traffic ready ({time.time() - start:.0f} s)", flush=True)
+        jobs = [(None, rounds, seed, s, eval_per_specialty, traffic) for s in samplers]
+        jobs += [(c, rounds, seed, "uniform", eval_per_specialty, traffic) for c in classes]
+        jobs += [(c, rounds, seed, "reputation", eval_per_specialty, traffic) for c in reputation_classes]
+        runs = []
+        for done in procs.imap_unordered(_run_star, jobs, chunksize=1):  # progress as each run ends
+            runs.append(done)
+            print(f"poisoning: {done['attack']} ({done['sampler']}) done, {done['rounds_per_s']:.2f} rounds/s "
+                  f"[{len(runs)}/{len(jobs)}, {(time.time() - start) / 60:.0f} min]", flush=True)
     return write(summarize(runs, time.time() - start), out_dir)
 
 
