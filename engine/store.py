@@ -20,6 +20,10 @@ from typing import Any, Self, TextIO
 SCHEMA_VERSION = 4
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
+# Older rounds are kept thinner, so a node that trains for months keeps a store whose size grows
+# with the log of its rounds, not with them: rows older than N rounds keep only every k-th round.
+ROUND_TIERS = ((50_000, 10), (500_000, 100), (5_000_000, 1000))  # (older than N rounds, keep every k-th)
+THIN_EVERY = 1000  # rounds recorded between thinning passes
 ROLLOUT_STATUSES = ("pooled", "used", "dropped")
 PEER_SOURCES = ("mdns", "bootstrap", "manual", "inbound")  # inbound: a peer that dialled our listener
 
@@ -95,10 +99,15 @@ def _count(value: Any, name: str) -> int:
 class Store:
     """SQLite store at `path` (created with parents). Use as a context manager or call close()."""
 
-    def __init__(self, path: str | Path, *, max_rollouts: int = 100_000) -> None:
+    def __init__(self, path: str | Path, *, max_rollouts: int = 100_000,
+                 round_tiers: tuple[tuple[int, int], ...] = ROUND_TIERS) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.max_rollouts = max_rollouts
+        if any(age < 1 or keep < 2 for age, keep in round_tiers):
+            raise ValueError("round_tiers: (older than N >= 1 rounds, keep every k >= 2-th)")
+        self.round_tiers = round_tiers
+        self._rounds_since_thin = 0
         self._lock = threading.Lock()
         self._inserts_since_prune = 0
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
@@ -176,6 +185,20 @@ class Store:
                 *(f"seconds_{p}" for p in PHASES), "per_specialty_json", "rungs_json", "model"]
         self._write(f"INSERT OR REPLACE INTO rounds ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                     values)
+        self._rounds_since_thin += 1
+        if self._rounds_since_thin >= THIN_EVERY:
+            self._rounds_since_thin = 0
+            self.thin_rounds()
+
+    def thin_rounds(self) -> int:
+        """Apply `round_tiers` below the newest round -> rows removed. Evals are never thinned."""
+        newest = self.last_round()
+        removed = 0
+        for age, keep in self.round_tiers:
+            if newest is not None and newest > age:
+                removed += self._write("DELETE FROM rounds WHERE round <= ? AND round % ? != 0",
+                                       (newest - age, keep)).rowcount
+        return removed
 
     def rounds(self, since: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Rounds in order (since: rounds > since; limit: the newest `limit` of those)."""

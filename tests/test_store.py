@@ -150,3 +150,22 @@ def test_frame_refusals_are_kept_by_reason_over_time(tmp_path: Path) -> None:
         for t in range(10):  # bounded like the rollouts table
             store.record_refusals({"rate_limited": 1}, ts=30.0 + t)
         assert store._read("SELECT COUNT(*) AS n FROM refusals")[0]["n"] <= 4
+
+
+def test_old_rounds_are_thinned_so_the_store_stays_bounded(tmp_path: Path) -> None:
+    """The newest rounds at full resolution, older ones every 10th, oldest every 100th; evals stay."""
+    import engine.store as store_module
+
+    with Store(tmp_path / "s.db", round_tiers=((100, 10), (1000, 100))) as store:
+        store.record_eval(5, 5, {"k": 1, "overall": {"pass1": 0.1, "passk": 0.1}}, ts=1.0)
+        for r in range(1, 3001):
+            store.record_round(r, r, _metrics(0.5), {}, {}, 2, 0, ts=float(r))
+        assert store_module.THIN_EVERY <= 3000  # at least one pass ran on its own
+        store.thin_rounds()
+        kept = [row["round"] for row in store.rounds()]
+        assert kept[-100:] == list(range(2901, 3001))  # the newest 100 untouched
+        assert [r for r in kept if 2000 < r <= 2900] == list(range(2010, 2901, 10))
+        assert [r for r in kept if r <= 2000] == list(range(100, 2001, 100))
+        assert len(store.evals()) == 1 and store.last_round() == 3000
+    with pytest.raises(ValueError, match="round_tiers"):
+        Store(tmp_path / "t.db", round_tiers=((100, 1),))
