@@ -141,7 +141,8 @@ class Node:
                 "groups_received": groups["received"], "groups_pooled": groups["pooled"],
                 "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
                 "links": stats["links"], "board": _board_summary(stats.get("board") or {}),
-                "known_peers": stats["known_peers"], "reputation": self._reputation_rows()}
+                "known_peers": stats["known_peers"], "reputation": self._reputation_rows(),
+                "receipts": stats["receipts"]}
 
     def _reputation_rows(self, limit: int = 32) -> list[dict[str, Any]]:
         """The peers this node has most groups from, with their record here (score 0..1)."""
@@ -282,7 +283,8 @@ class Node:
             swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
         info = {"model_id": self._model_id(), "task_lib_version": task_library_version()}
         self._swarm = SwarmService(self._identity, swarm_cfg, self._pool, info, self.bus.publish,
-                                   replay_state=self.config.data_dir / "replay-guard.json")
+                                   replay_state=self.config.data_dir / "replay-guard.json",
+                                   receipts_state=self.config.data_dir / "receipts.json")
         await self._swarm.start()
         self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
                                    f"{self._swarm.listen_url}"))
@@ -420,6 +422,9 @@ class Node:
             self._pool.mark_used(result.used_external)
             for verified in result.used_external:
                 self.bus.publish(rollout_event(verified.group, "used", question=verified.question))
+            if self._swarm is not None and self._loop is not None:  # tell the origins (display only)
+                asyncio.run_coroutine_threadsafe(
+                    self._swarm.send_receipts([v.group for v in result.used_external]), self._loop)
         self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version

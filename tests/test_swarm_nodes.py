@@ -85,6 +85,9 @@ def test_three_nodes_and_a_bootstrap_train_on_each_others_rollouts(tmp_path: Pat
         assert used > 0 and external > 0, f"node {i} never trained on a peer's group"
         assert len(peers) == 2 and all(received > 0 for _, received, _ in peers)
         names.update(name for name, _, _ in peers)
+        if data_plane == "board":  # the peers that trained on its groups said so (receipts, display only)
+            receipts = json.loads((tmp_path / f"n{i}" / "receipts.json").read_text())
+            assert receipts["used"] > 0 and 1 <= len(receipts["peers"]) <= 2, receipts
     assert len(names) == 3  # each node saw the two others, by their derived names
 
 

@@ -85,6 +85,47 @@ def board_text(board: BoardStatus | None, now: float) -> str:
             f"{board.frames_used:,} peers' frames fetched{cred}")
 
 
+MAX_CREDIT_HOURS = 24 * 366
+
+
+@dataclass(frozen=True)
+class Credit:
+    """What this node's work earned, from peers' receipts (status swarm.receipts): a display only."""
+
+    shared: int  # own groups published
+    used: int  # of those, groups some peer trained on
+    uses: int  # (peer, group) pairs: trainings on our groups
+    peers: int  # distinct peers that trained on them
+    hourly: tuple[tuple[float, int], ...]  # (hour start, uses), oldest first
+
+
+def parse_credit(value: Any) -> Credit | None:
+    if not isinstance(value, dict):
+        return None
+    counts = [_count(value.get(k)) for k in ("shared", "used", "uses", "peers")]
+    if any(c is None for c in counts):
+        return None
+    hourly = []
+    for item in value.get("hourly", [])[-MAX_CREDIT_HOURS:] if isinstance(value.get("hourly"), list) else []:
+        if isinstance(item, list) and len(item) == 2 and _count(item[1]) is not None \
+                and isinstance(item[0], (int, float)) and not isinstance(item[0], bool) and 0 <= item[0] < 1e11:
+            hourly.append((float(item[0]), int(item[1])))
+    shared, used, uses, peers = (int(c or 0) for c in counts)
+    return Credit(shared, used, uses, peers, tuple(hourly))
+
+
+def credit_text(credit: Credit | None) -> str:
+    """One line for the Peers tab: what peers did with this node's rollouts."""
+    if credit is None:
+        return ""
+    if not credit.shared:
+        return "Your work: nothing shared yet."
+    if not credit.uses:
+        return f"Your work: {credit.shared:,} groups shared; no peer has said it trained on one yet."
+    return (f"Your work: {credit.shared:,} groups shared; peers trained on {credit.used:,} of them "
+            f"({credit.uses:,} times, by {credit.peers:,} peer{'s' if credit.peers != 1 else ''}).")
+
+
 @dataclass
 class SwarmRefusals:
     """What the swarm layer refused or dropped, from the status reply's "swarm" key."""
@@ -99,6 +140,7 @@ class SwarmRefusals:
     known_peers: int = 0
     board: BoardStatus | None = None  # the internet data plane; None when this node has none
     reputation: dict[str, tuple[float, int]] = field(default_factory=dict)  # peer -> (score, groups seen)
+    credit: Credit | None = None  # peers' receipts for this node's groups (display only)
 
     @property
     def nothing_refused(self) -> bool:
@@ -114,7 +156,8 @@ def parse_swarm(value: Any) -> SwarmRefusals | None:
                                "links", "known_peers") if (n := _count(value.get(key))) is not None}
     return SwarmRefusals(frames_refused=_reasons(value.get("frames_refused")),
                          groups_dropped=_reasons(value.get("groups_dropped")), board=parse_board(value.get("board")),
-                         reputation=_reputation(value.get("reputation")), **ints)
+                         reputation=_reputation(value.get("reputation")), credit=parse_credit(value.get("receipts")),
+                         **ints)
 
 
 def refusals_text(swarm: SwarmRefusals | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -17,12 +18,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.models.feed import FeedModel
-from app.models.peers import PeersModel, board_text, refusals_text
+from app.models.peers import Credit, PeersModel, board_text, credit_text, refusals_text
 
 COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used", "Trust")
 TRUST_TIP = ("Share of this peer's rollouts that this node could use whole: rollouts with text the peer keeps "
              "repeating for no reason, answers this model finds implausible, or padding count against it. "
              "With the reputation sampler, low-trust peers are drawn less often.")
+CREDIT_TIP = ("Peers that train on a group of yours send a small signed receipt. Only groups this node "
+              "really shared count, once per peer. Receipts are shown here and used for nothing else.")
 FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
 
 
@@ -58,6 +61,22 @@ class PeersView(QWidget):
         self.board.setWordWrap(True)
         self.board.setVisible(False)
         layout.addWidget(self.board)
+        self.credit = QLabel()  # what peers did with our rollouts (receipts): hidden when solo
+        self.credit.setTextFormat(Qt.TextFormat.PlainText)
+        self.credit.setToolTip(CREDIT_TIP)
+        self.credit.setVisible(False)
+        layout.addWidget(self.credit)
+        self.credit_plot = pg.PlotWidget()  # peers' trainings on our groups per hour (last 48 h)
+        self.credit_plot.setFixedHeight(110)
+        self.credit_plot.setMouseEnabled(False, False)
+        self.credit_plot.hideButtons()
+        self.credit_plot.setLabel("left", "uses / h")
+        self.credit_plot.getAxis("bottom").setStyle(showValues=False)
+        self.credit_bars = pg.BarGraphItem(x=[], height=[], width=0.8, brush="#2563eb")
+        self.credit_plot.addItem(self.credit_bars)
+        self.credit_plot.setVisible(False)
+        self._credit_shown: Credit | None = None
+        layout.addWidget(self.credit_plot)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
@@ -81,6 +100,7 @@ class PeersView(QWidget):
         self.refused.setText(f"Refused by the swarm: {refusals_text(swarm)}" if swarm is not None else "")
         self.board.setVisible(swarm is not None)
         self.board.setText(board_text(swarm.board, now) if swarm is not None else "")
+        self._show_credit(swarm.credit if swarm is not None else None, now)
         reputation = swarm.reputation if swarm is not None else {}
         rows = self.peers.sorted_rows()
         self.table.setRowCount(len(rows))
@@ -111,3 +131,14 @@ class PeersView(QWidget):
         self.summary.setText(f"<b>{self.peers.connected}</b> connected of {known} known peer"
                              f"{'s' if known != 1 else ''}. Peers are found on the LAN by mDNS and through "
                              "the bootstrap server; their rollouts are re-scored here before use.")
+
+    def _show_credit(self, credit: Credit | None, now: float) -> None:
+        self.credit.setVisible(credit is not None)
+        self.credit.setText(credit_text(credit))
+        hours = [(t, n) for t, n in (credit.hourly if credit else ()) if t > now - 48 * 3600]
+        self.credit_plot.setVisible(bool(hours))
+        if credit == self._credit_shown:
+            return  # the bars change only with new receipts
+        self._credit_shown = credit
+        self.credit_bars.setOpts(x=[(t - now) / 3600 for t, _ in hours], height=[n for _, n in hours])
+        self.credit_plot.setXRange(-48, 0, padding=0.02)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,6 +59,14 @@ class Board(Protocol):
 
     async def get_from(self, slot: int) -> BoardFrame | None:
         """The first frame at or after `slot`, or None past the end."""
+        ...
+
+    async def send_receipt(self, origin: str, frame: bytes) -> None:
+        """Deliver a receipt frame to `origin`'s inbox (fire and forget: a display, not a record)."""
+        ...
+
+    async def on_receipts(self, me: str, handler: Callable[[bytes], None]) -> None:
+        """Call `handler` with each frame sent to this node's inbox."""
         ...
 
     async def close(self) -> None:
@@ -161,6 +170,7 @@ class MemoryBoard:
         self._by_slot: OrderedDict[int, tuple[str, bytes, float]] = OrderedDict()
         self._slot_of: dict[str, int] = {}
         self.size = 0  # frames (= nodes) at the last extent()
+        self._inboxes: dict[str, list[Callable[[bytes], None]]] = {}  # receipts: peer id -> its handlers
 
     def _expire(self) -> None:
         now = self.clock()
@@ -196,6 +206,14 @@ class MemoryBoard:
             if s >= slot:
                 return BoardFrame(subject, s, data)
         return None
+
+    async def send_receipt(self, origin: str, frame: bytes) -> None:
+        if len(frame) <= self.max_frame_bytes:
+            for handler in self._inboxes.get(origin, ()):
+                handler(bytes(frame))
+
+    async def on_receipts(self, me: str, handler: Callable[[bytes], None]) -> None:
+        self._inboxes.setdefault(me, []).append(handler)
 
     async def close(self) -> None:
         return None

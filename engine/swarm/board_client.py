@@ -46,8 +46,9 @@ def nats_board_factory(max_age_s: float, max_frame_bytes: int) -> Callable[..., 
 
 class BoardClient:
     def __init__(self, protocol: p.SwarmProtocol, log: Callable[[str, str], None],
-                 make_board: Callable[..., Any]) -> None:
+                 make_board: Callable[..., Any], on_receipt: Callable[[bytes], None] | None = None) -> None:
         self.protocol = protocol
+        self._on_receipt = on_receipt  # frames arriving in this node's receipts inbox
         self.reader = BoardReader(protocol)
         self._log = log
         self._make = make_board
@@ -94,6 +95,11 @@ class BoardClient:
                     errors.append(str(exc))
                     continue
                 self._log("info", f"swarm: sharing rollouts through the board at {', '.join(group)}")
+                if self._on_receipt is not None:
+                    try:
+                        await self.board.on_receipts(self.protocol.identity.peer_id, self._on_receipt)
+                    except Exception as exc:  # noqa: BLE001 -- receipts are a display: the board still works
+                        self._log("warning", f"swarm: no receipts through the board ({exc})")
                 return
             self._log("warning", f"swarm: the board at {', '.join(self.urls)} is unreachable "
                       f"({'; '.join(errors)}); retrying")
@@ -111,6 +117,11 @@ class BoardClient:
             return False
         self.counters["puts"] += 1
         return True
+
+    async def send_receipt(self, origin: str, frame: bytes) -> None:
+        board = self.board
+        if board is not None:
+            await board.send_receipt(origin, frame)
 
     async def fetch(self, j: int) -> list[FetchResult]:
         board = self.board

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from engine.swarm.receipts import ReceiptConfig
+
 MiB = 1024 * 1024
 BYTES_PER_TOKEN = 16  # a generous UTF-8 size of one token (byte-level BPE merges runs of spaces)
 
@@ -162,6 +164,7 @@ class SwarmConfig:
     limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
     pool: PoolConfig = field(default_factory=PoolConfig)  # external rollout pool
     link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
+    receipts: ReceiptConfig = field(default_factory=ReceiptConfig)  # "I trained on your group" (display only)
 
     def __post_init__(self) -> None:
         if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:

@@ -121,10 +121,13 @@ def user_nkey_of(peer_id: str) -> str:
 
 
 def board_permissions(peer_id: str, stream: str, prefix: str = SUBJECT_PREFIX) -> dict[str, Any]:
-    """Publish: its own key, stream info and direct gets (reads). Subscribe: replies only."""
+    """Publish: its own key, stream info and direct gets (reads), receipts to anyone's inbox.
+    Subscribe: replies, and its own receipts inbox only."""
+    from engine.swarm.receipts import RECEIPT_PREFIX, receipt_subject
+
     return {"pub": {"allow": [key_subject(peer_id, prefix), f"$JS.API.STREAM.INFO.{stream}",
-                              f"$JS.API.DIRECT.GET.{stream}"]},
-            "sub": {"allow": ["_INBOX.>"]}}
+                              f"$JS.API.DIRECT.GET.{stream}", f"{RECEIPT_PREFIX}.*"]},
+            "sub": {"allow": ["_INBOX.>", receipt_subject(peer_id)]}}
 
 
 _ACCOUNT_LIMITS = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,

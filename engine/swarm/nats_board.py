@@ -9,7 +9,7 @@ O(1) per fetch however many nodes there are. nats-py reconnects across the clust
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.swarm.board import SUBJECT_PREFIX, BoardFrame, key_subject
@@ -88,6 +88,21 @@ class NatsBoard:
         except NotFoundError:
             return None
         return BoardFrame(subject=str(msg.subject), slot=int(msg.seq), data=bytes(msg.data or b""))
+
+    async def send_receipt(self, origin: str, frame: bytes) -> None:
+        from engine.swarm.receipts import receipt_subject
+
+        await self.nc.publish(receipt_subject(origin), frame)  # core NATS: nobody listening, nothing kept
+
+    async def on_receipts(self, me: str, handler: Callable[[bytes], None]) -> None:
+        from engine.swarm.receipts import receipt_subject
+
+        async def deliver(msg: Any) -> None:
+            handler(bytes(msg.data or b""))
+
+        # Bounded: a flood past 256 pending receipts is dropped by the client, not queued forever.
+        await self.nc.subscribe(receipt_subject(me), cb=deliver, pending_msgs_limit=256,
+                                pending_bytes_limit=4 << 20)
 
     async def close(self) -> None:
         if self.nc is not None:

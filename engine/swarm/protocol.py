@@ -1,7 +1,7 @@
 """The swarm protocol, sans-I/O: bytes in -> events out, intents in -> bytes out. No sockets here.
 
 Frame (one JSON object per websocket text frame):
-    {"v": 1, "type": "hello"|"peers"|"rollouts"|"bye", "from": <peer id>, "seq": int, "ts": float,
+    {"v": 1, "type": "hello"|"peers"|"rollouts"|"bye"|"creds"|"receipt", "from": <peer id>, "seq": int, "ts": float,
      "body": {...}, "sig": <base64url ed25519 signature of canonical(frame without "sig")>}
 
 `SwarmProtocol` is one per node (or bootstrap): it signs outgoing frames and checks incoming ones
@@ -23,6 +23,7 @@ from engine.swarm.config import ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import SIG_LEN, Identity, b64url, b64url_decode, verify
 from engine.swarm.limits import KeyedBuckets, RefusalCounter, ReplayGuard, TokenBucket
+from engine.swarm.receipts import receipt_from_wire
 from engine.swarm.wire import (
     Hello,
     PeerEntry,
@@ -53,7 +54,8 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-FRAME_TYPES = ("hello", "peers", "rollouts", "bye", "creds")  # creds: a bootstrap's board credential
+# creds: a bootstrap's board credential; receipt: "I trained on these groups of yours" (display only)
+FRAME_TYPES = ("hello", "peers", "rollouts", "bye", "creds", "receipt")
 MAX_SEQ = 2**63 - 1
 BYE_DUPLICATE_IDENTITY = "duplicate_identity"  # bye reason a bootstrap/peer sends to a copied identity
 BYE_LEAVING = "leaving"  # bye reason of a node that stops (the app's Leave, a shutdown)
@@ -227,6 +229,15 @@ class CredentialReceived:
 
 
 @dataclass(frozen=True)
+class ReceiptReceived:
+    """A peer says it trained on these of our groups (content keys); engine/swarm/receipts.py."""
+
+    sender: str
+    to: str
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FrameRefused:
     reason: str  # one of errors.REASONS
     detail: str
@@ -246,7 +257,7 @@ class DuplicateIdentity:
 
 
 ProtocolEvent = (HelloReceived | PeersReceived | RolloutsReceived | ByeReceived | FrameRefused
-                 | SelfConnection | DuplicateIdentity | CredentialReceived)
+                 | SelfConnection | DuplicateIdentity | CredentialReceived | ReceiptReceived)
 
 
 class PeerConnection:
@@ -332,6 +343,8 @@ class PeerConnection:
                 if self.peer_hello is None or self.peer_hello.role != "bootstrap":
                     raise ProtocolError("unexpected", "credentials from a peer that is not a bootstrap")
                 return [CredentialReceived(*credential_from_wire(env.body))]
+            if env.type == "receipt":
+                return [ReceiptReceived(env.sender, *receipt_from_wire(env.body))]
             raise ProtocolError("unexpected", "second hello on an open link")
         except ProtocolError as exc:
             raise self._refuse(exc.reason, exc.detail, env.sender) from exc

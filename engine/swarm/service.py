@@ -35,6 +35,7 @@ from engine.swarm.loops import Backoff, TaskSet
 from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
 from engine.swarm.peers import PeerInfo, PeerTable
 from engine.swarm.pool import PoolDecision, RolloutPool
+from engine.swarm.receipt_courier import ReceiptCourier
 from engine.swarm.transport import Link, dial, listen, server_port
 from engine.swarm.wire import Hello
 
@@ -53,7 +54,8 @@ class SwarmService:
 
     def __init__(self, identity: Identity, config: SwarmConfig, pool: RolloutPool, node_info: dict[str, Any],
                  emit: Callable[[Event], None], *,
-                 make_board: Callable[..., Any] | None = None, replay_state: Path | None = None) -> None:
+                 make_board: Callable[..., Any] | None = None, replay_state: Path | None = None,
+                 receipts_state: Path | None = None) -> None:
         self.identity = identity
         self.config = config
         self.pool = pool
@@ -78,7 +80,9 @@ class SwarmService:
         self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0, "refused_per_ip": 0}
         self._replay_state = replay_state  # where the replay guard outlives this process
         self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
-            config.pool.max_age_s, config.limits.max_frame_bytes))
+            config.pool.max_age_s, config.limits.max_frame_bytes), on_receipt=self._board_receipt)
+        self.receipts = ReceiptCourier(self.protocol, config.receipts, self._open_link_to, self.board,
+                                       receipts_state)
 
     # --- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -89,6 +93,7 @@ class SwarmService:
             if restored:
                 self._log("info", f"swarm: replay protection restored for {restored} senders")
             self._tasks.spawn("replay state", self._save_replay_state_every(replay_state.REPLAY_SAVE_S))
+        self.receipts.load()
         if cfg.listen:
             self._server = await listen(self._accept, cfg.listen_host, cfg.listen_port, cfg.limits, cfg.link,
                                         process_request=self._gate)
@@ -114,6 +119,7 @@ class SwarmService:
         await asyncio.gather(*(link.close(p.BYE_LEAVING) for link in list(self._links)))
         await self._tasks.cancel_all()
         self._save_replay_state()
+        self.receipts.save()
         await self.board.close()
         if self._server is not None:
             self._server.close()
@@ -154,6 +160,7 @@ class SwarmService:
                 link.send(frame)
         self.counters["frames_published"] += len(frames)
         self.counters["groups_published"] += len(groups)
+        self.receipts.published(groups)
         if fetch and self.board.connected:
             for result in await self.board.fetch(fetch):
                 await self._received(result.groups)
@@ -173,7 +180,19 @@ class SwarmService:
         return {**dict(self.counters), "links": len(links), "direct_peers": len(self._peer_links),
                 "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
                 "refusals": self.protocol.refusals.snapshot(), "known_peers": len(self.table),
-                "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats()}
+                "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats(),
+                "receipts": self.receipts.stats()}
+
+    async def send_receipts(self, used: Sequence[RolloutGroup]) -> int:
+        """Tell each origin which of its groups this node trained on this round (display only)."""
+        return await self.receipts.send(used)
+
+    def _open_link_to(self, peer_id: str) -> Link | None:
+        link = self._peer_links.get(peer_id)
+        return link if link is not None and link.is_open else None
+
+    def _board_receipt(self, data: bytes) -> None:
+        self.receipts.from_board(data)
 
     # --- links ----------------------------------------------------------------------------------------
     def _save_replay_state(self) -> None:
@@ -188,6 +207,7 @@ class SwarmService:
         while True:  # a kill -9 forgets at most this long of what was seen
             await asyncio.sleep(seconds)
             self._save_replay_state()
+            self.receipts.save()
 
     def _start_board(self, urls: Sequence[str], wait_credential_s: float = 0.0) -> None:
         """Connect to the board; a bootstrap's board waits a moment for the credential that follows
@@ -274,6 +294,8 @@ class SwarmService:
                     # The peer itself said (signed) that it is leaving: stop dialling it now. Its mDNS goodbye
                     # can be undone on this host by a late announcement zeroconf had queued before it.
                     self._mdns_lost(link.peer_id)
+            elif isinstance(event, p.ReceiptReceived):
+                self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
                 if self._relays.get(link.address) is link:  # only from a bootstrap we chose to dial
                     self.board.set_credential(event.jwt, event.expires_at)

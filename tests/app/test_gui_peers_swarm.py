@@ -151,3 +151,33 @@ def test_each_peers_trust_is_a_column_and_low_trust_stands_out(qtbot: QtBot) -> 
     assert trust["loud-crow"].foreground().color().name() == "#dc2626"
     assert "Judged on 40 rollouts" in trust["loud-crow"].toolTip()
     assert "No rollouts judged yet" in trust["shy-fox"].toolTip()
+
+
+def test_the_credit_line_and_plot_show_what_peers_did_with_our_groups(qtbot: QtBot) -> None:
+    import time
+
+    from app.models.peers import parse_credit
+
+    hour = int(time.time() // 3600) * 3600
+    receipts = {"shared": 120, "used": 30, "uses": 45, "peers": 3, "hourly": [[hour - 7200, 20], [hour, 25]],
+                "ignored": {}, "sent": 9}
+    win, bridge = _window(qtbot, {"swarm": {**SWARM, "receipts": receipts}})
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm",
+                                                                  "swarm": {**SWARM, "receipts": receipts}}}))
+    win.tick()
+    assert win.peers.credit.isVisible() and win.peers.credit_plot.isVisible()
+    assert win.peers.credit.text() == ("Your work: 120 groups shared; peers trained on 30 of them "
+                                       "(45 times, by 3 peers).")
+    assert list(win.peers.credit_bars.opts["height"]) == [20, 25]
+    bridge.status = {"swarm": {**SWARM, "receipts": {**receipts, "uses": 0, "used": 0, "hourly": []}}}
+    win._swarm_polled = 0.0
+    win.tick()
+    win.tick()
+    assert win.peers.credit.text() == "Your work: 120 groups shared; no peer has said it trained on one yet."
+    assert not win.peers.credit_plot.isVisible()
+    for bad in (None, [], {"shared": -1, "used": 0, "uses": 0, "peers": 0}, {"shared": 1},
+                {"shared": True, "used": 0, "uses": 0, "peers": 0}):
+        assert parse_credit(bad) is None
+    odd = parse_credit({"shared": 1, "used": 1, "uses": 1, "peers": 1,
+                        "hourly": [[hour, 1], ["x", 2], [hour, -1], [1e12, 3], [hour, 2, 3]]})
+    assert odd is not None and odd.hourly == ((float(hour), 1),)
