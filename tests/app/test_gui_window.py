@@ -98,6 +98,12 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     qtbot.waitUntil(lambda: window.peers.table.rowCount() == 1, timeout=WAIT_MS)
     assert window.peers.table.item(0, 1).text() == peer_name
     assert window.peers.table.item(0, 3).text() == "manual"  # dialled from SwarmConfig.peer_urls
+    # the real peer trains on our groups and says so (receipts): the credit line counts them
+    qtbot.waitUntil(lambda: model.peers.swarm is not None and model.peers.swarm.credit is not None
+                    and model.peers.swarm.credit.uses > 0, timeout=WAIT_MS)
+    credit = model.peers.swarm.credit
+    assert window.peers.credit.isVisible() and credit.peers == 1 and 0 < credit.used <= credit.shared
+    assert f"peers trained on {credit.used:,} of them" in window.peers.credit.text()
     window.tabs.setCurrentWidget(window.log_view)
     qtbot.waitUntil(lambda: "ready: tiny-a on cpu" in window.log_view.text.toPlainText(), timeout=WAIT_MS)
     # leave: the round in flight finishes, the link closes, everything the dashboard saw is stored
