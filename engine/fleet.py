@@ -145,6 +145,9 @@ def report_from_status(entry: FleetEntry, status: Any, now: float) -> EngineRepo
         last_contact=now, checked_at=now, crash_at=_number(crash.get("ts")), crash_reason=text(crash.get("reason"), 300))
 
 
+STATE_WORDS = {"leaving": "leaving the swarm", "stopped": "", "pausing": "pausing", "joining": "joining again"}
+
+
 def alerts(before: EngineReport | None, after: EngineReport, now: float) -> list[str]:
     """What deserves a desktop notification between two reports of one engine."""
     out: list[str] = []
@@ -164,7 +167,8 @@ def alerts(before: EngineReport | None, after: EngineReport, now: float) -> list
                    f"({after.error or 'unreachable'})")
     if after.reachable and before.state in TRAINING_STATES and after.state not in TRAINING_STATES \
             and after.state not in ("paused",):
-        out.append(f"{name} stopped training (now {after.state})")
+        words = STATE_WORDS.get(after.state, after.state)
+        out.append(f"{name} stopped training" + (f" ({words})" if words else ""))
     if after.reachable and after.state in TRAINING_STATES and crossed(after.last_round_at, STALL_AFTER_S):
         out.append(f"{name} stopped training: no round for {(now - (after.last_round_at or now)) / 60:.0f} min")
     return out
