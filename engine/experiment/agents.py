@@ -115,13 +115,15 @@ def sapo_config(cfg: ArmConfig, **overrides: Any) -> Any:
     """The trainer settings of an arm: the paper's update with the arm's I/J/strategy. The loss
     normalisation is `nonzero_tokens` in every arm (the step size does not grow with J)."""
     from engine.models.generate import SampleConfig
+    from engine.sapo.adaptive_j import AdaptiveJConfig
     from engine.sapo.config import SapoConfig
 
     values: dict[str, Any] = {
         "num_local": cfg.local, "num_external": cfg.external, "completions": cfg.completions, "lr": cfg.lr,
         "loss_norm": "nonzero_tokens", "external_strategy": cfg.strategy, "external_kl_anchor": cfg.kl_anchor,
         "sampling": SampleConfig(max_new_tokens=cfg.max_new_tokens), "eval_every": 0, "checkpoint_every": 0,
-        "eval_seed": cfg.eval_seed, "eval_k": cfg.eval_k, "eval_per_specialty": cfg.eval_per_specialty}
+        "eval_seed": cfg.eval_seed, "eval_k": cfg.eval_k, "eval_per_specialty": cfg.eval_per_specialty,
+        "adaptive_j": AdaptiveJConfig(enabled=cfg.adaptive_j)}
     values.update(overrides)
     return SapoConfig(**values)
 

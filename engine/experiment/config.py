@@ -42,6 +42,7 @@ class ArmConfig:
     mode: str = "lockstep"  # lockstep: round r trains on peers' round r-1 groups; async: whatever is there
     strategy: str = "positive-only"  # how external completions enter the loss (engine.sapo.external)
     kl_anchor: float = 0.0  # weight of the KL anchor to the seed on external completions' tokens
+    adaptive_j: bool = False  # J chosen each round in {0, J/2, J} by a bandit on own-reward gains
     completions: int = 8  # L: completions per question
     lr: float = 1e-4  # Adam learning rate (pilots: 1e-4 learns, 3e-4 collapses the seed)
     max_new_tokens: int = 32  # completion cap in training and evaluation
@@ -70,6 +71,8 @@ class ArmConfig:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         _float("kl_anchor", self.kl_anchor, 0.0, 100.0)
+        if not isinstance(self.adaptive_j, bool) or (self.adaptive_j and not self.external):
+            raise ValueError("adaptive_j must be a bool, and needs external (J) > 0")
         _int("completions", self.completions, 2, 16)  # 16: the wire's per-group limit
         _float("lr", self.lr, 0.0, 1.0, low_open=True)
         _int("max_new_tokens", self.max_new_tokens, 1, 4096)
@@ -87,7 +90,7 @@ class ArmConfig:
     def label(self) -> str:
         """The paper's I/J name plus the strategy, e.g. "4/4 positive-only+kl0.04"."""
         strategy = "" if self.external == 0 else f" {self.strategy}" + (f"+kl{self.kl_anchor:g}" if self.kl_anchor else "")
-        return f"{self.local}/{self.external}{strategy}"
+        return f"{self.local}/{self.external}{strategy}" + ("+adaptive-J" if self.adaptive_j else "")
 
     @property
     def name(self) -> str:
@@ -175,6 +178,13 @@ def preset(name: str, model: str = "") -> Preset:
             arms += [base.replace(strategy="positive-only", kl_anchor=0.04, seed=seed)]
         return Preset("strategies", "heterogeneous 4/4: plain vs positive-only vs importance-weighted "
                       "vs positive-only + KL anchor, against 8/0 (seeds 1-3)", tuple(arms))
+    if name == "adaptive-j":
+        base = ArmConfig(agents=4, rounds=100, eval_every=50, model=model)
+        seeds = (1, 2, 3, 4, 5)  # 8/0 and 4/4 of seeds 1-3 are shared with paper-small (same names)
+        arms = _grid(base, SETTINGS, ((8, 0), (4, 4)), seeds)
+        arms += [base.replace(setting=s, adaptive_j=True, seed=seed) for seed in seeds for s in SETTINGS]
+        return Preset("adaptive-j", "4/4 with J chosen by the bandit vs fixed 4/4 and 8/0, both settings, "
+                      "seeds 1-5 (30 arms, 18 new after paper-small)", tuple(arms))
     if name == "tuning":
         base = ArmConfig(agents=4, rounds=150, eval_every=50, seed=0, local=8, external=0, model=model)
         arms = [base.replace(lr=lr) for lr in (1e-4, 3e-4, 1e-3)]
@@ -183,4 +193,4 @@ def preset(name: str, model: str = "") -> Preset:
     raise ValueError(f"unknown experiment preset {name!r}; known: {', '.join(PRESET_NAMES)}")
 
 
-PRESET_NAMES = ("smoke", "paper-small", "strategies", "tuning")
+PRESET_NAMES = ("smoke", "paper-small", "strategies", "adaptive-j", "tuning")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.models.generate import SampleConfig
+from engine.sapo.adaptive_j import AdaptiveJConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
 from engine.sapo.repeated_text import RepeatedTextConfig
@@ -77,6 +78,8 @@ class SapoConfig:
     external_min_logprob: float = -8.0
     sampler: str = "uniform"  # how the J external groups are drawn: uniform | reputation (by origin's record)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)  # each origin's record here
+    # J chosen each round by a bandit on the node's own reward gains (<= num_external); off = num_external
+    adaptive_j: AdaptiveJConfig = field(default_factory=AdaptiveJConfig)
     # At most ceil(J x this) of a round's external groups from one origin peer. 1 = the paper's uniform
     # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
     max_origin_share: float = 1.0
@@ -152,6 +155,8 @@ class SapoConfig:
             raise ValueError("reputation must be a ReputationConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.repeated_text, RepeatedTextConfig):
             raise ValueError("repeated_text must be a RepeatedTextConfig")  # noqa: TRY004 (ValueError for every bad input)
+        if not isinstance(self.adaptive_j, AdaptiveJConfig):
+            raise ValueError("adaptive_j must be an AdaptiveJConfig")  # noqa: TRY004 (ValueError for every bad input)
         _float("format_reward", self.format_reward, 0.0, 1.0)
         _int("format_reward_rounds", self.format_reward_rounds, 0)
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
@@ -190,7 +195,7 @@ class SapoConfig:
         values = dict(data)
         for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig),
                             ("repeated_text", RepeatedTextConfig),
-                            ("reputation", ReputationConfig)):
+                            ("reputation", ReputationConfig), ("adaptive_j", AdaptiveJConfig)):
             if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
                 fields = {f.name for f in dataclasses.fields(nested)}
                 if set(values[key]) - fields:

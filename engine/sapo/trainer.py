@@ -22,6 +22,7 @@ from engine.evaluation import EvalReport, evaluate
 from engine.events import EvalCompleted, Event, RoundCompleted
 from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
+from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
@@ -92,6 +93,9 @@ class Trainer:
         if hasattr(self.sampler, "reputation"):
             self.sampler.reputation = self.reputation
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
+        # Adaptive J draws from the trainer's own (checkpointed) RNG, so a resumed run chooses alike.
+        self.j_bandit = (JBandit(cfg.adaptive_j, cfg.num_external, self.rng)
+                         if cfg.adaptive_j.enabled and cfg.num_external else None)
         # The KL reference is the policy as handed in (the seed), frozen: copied before any step.
         self.ref_model = None
         if cfg.beta > 0 or cfg.external_kl_anchor > 0:
@@ -161,7 +165,12 @@ class Trainer:
                     self.reputation.record(g.provenance.origin_peer,
                                            flagged=self.repeated_text.screen(g, text)[1] > 0)
         repeated = 0
-        selection = select_groups([lg.group for lg in shaped], shaped_ext, cfg.num_external, self.sampler,
+        j = cfg.num_external
+        if self.j_bandit is not None:  # last round's J earned this round's own reward; pick this round's
+            own = [r for lg in local for r in (lg.group.rewards or ())]
+            self.j_bandit.observe(sum(own) / max(len(own), 1))
+            j = self.j_bandit.choose()
+        selection = select_groups([lg.group for lg in shaped], shaped_ext, j, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
@@ -209,7 +218,7 @@ class Trainer:
         metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
                        tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
                        format_rate=sum(formatted) / max(len(formatted), 1),
-                       external_repeated_text=float(repeated))
+                       external_repeated_text=float(repeated), external_j=float(j))
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
                            entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
@@ -272,7 +281,8 @@ class Trainer:
         t0 = time.perf_counter()
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
-                 "reputation": self.reputation.state_dict()}
+                 "reputation": self.reputation.state_dict(),
+                 "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
@@ -292,6 +302,8 @@ class Trainer:
         self._checkpointed = (ckpt.round, ckpt.policy_version)
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
+        if self.j_bandit is not None:
+            self.j_bandit.load_state(ckpt.extra.get("adaptive_j"))
         self.reputation_snapshot = self.reputation.snapshot()
         saved = ckpt.extra.get("config")
         self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
