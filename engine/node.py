@@ -24,11 +24,10 @@ from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChang
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.memory import HeapTrimmer, MemoryConfig
-from engine.peer_groups import make_rescorer, rollout_event, task_library_version
+from engine.node_swarm import NodeSwarm
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import RolloutGroup
 from engine.settings import ContributorSettings
-from engine.swarm.config import BYTES_PER_TOKEN, SwarmConfig
+from engine.swarm.config import SwarmConfig
 
 log = logging.getLogger("sapo.node")
 
@@ -99,9 +98,7 @@ class Node:
         self._stop_requested = False
         self._worker: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._swarm: Any = None
-        self._pool: Any = None
-        self._identity: Any = None
+        self.net = NodeSwarm(config, self.settings, self.bus.publish, self.store)  # identity, pool, links
         self._model = config.model  # what the next trainer build loads; select_model changes it
         self._built_model: str | None = None  # what the live trainer was built from
         self._switching: str | None = None  # a select_model in progress
@@ -109,7 +106,6 @@ class Node:
         self.crashed = asyncio.Event()  # set when training raised: `sapo run` exits for its supervisor
         self.error: str | None = None
         self.identity_conflict = False  # another live node has this identity: a restart cannot help
-        self._refusals_stored: dict[str, int] = {}  # the swarm's refusal counters as last stored
         self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
         self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
@@ -122,32 +118,14 @@ class Node:
     def status(self) -> dict[str, Any]:
         with self._lock:
             return {"state": self._state, "detail": self._detail, "round": self._round,
-                    "policy_version": self._policy_version, "peers": self._peer_count(),
+                    "policy_version": self._policy_version, "peers": self.net.peer_count(),
                     "model": self._model_label, "device": self._device, "backend": self._backend,
                     "data_dir": str(self.config.data_dir),
-                    "peer_name": self._identity.name if self._identity else "", "swarm": self._swarm_health(),
+                    "peer_name": self.net.identity.name if self.net.identity else "",
+                    "swarm": self.net.health(self._reputation),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,
                     "recent": recent_summary(list(self._recent_rounds), time.time()),
                     "memory": self._heap.status()}
-
-    def _swarm_health(self) -> dict[str, Any]:
-        """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
-        groups by reason (forged reference, oversized, duplicate, ...). Empty when solo."""
-        swarm, pool = self._swarm, self._pool  # read once: the loop may clear them while leaving
-        if swarm is None or pool is None:
-            return {}
-        stats, groups = swarm.stats(), pool.stats()
-        return {"frames_accepted": stats["frames_accepted"], "frames_refused": stats["refusals"],
-                "groups_received": groups["received"], "groups_pooled": groups["pooled"],
-                "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
-                "links": stats["links"], "board": _board_summary(stats.get("board") or {}),
-                "known_peers": stats["known_peers"], "reputation": self._reputation_rows(),
-                "receipts": stats["receipts"]}
-
-    def _reputation_rows(self, limit: int = 32) -> list[dict[str, Any]]:
-        """The peers this node has most groups from, with their record here (score 0..1)."""
-        rows = sorted(self._reputation.items(), key=lambda kv: -kv[1]["groups"])[:limit]
-        return [{"peer": peer, "score": round(rec["score"], 4), "groups": int(rec["groups"])} for peer, rec in rows]
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():
@@ -159,9 +137,9 @@ class Node:
         self._pause_requested = False
         self._set_state("joining")
         self.error = None
-        await self._stop_swarm()  # a worker that ended on its own may have left its links open
+        await self.net.stop()  # a worker that ended on its own may have left its links open
         if not self.config.solo:
-            await self._start_swarm()
+            await self.net.start(self._model_id())
         self._worker = threading.Thread(target=self._work, name="sapo-trainer", daemon=True)
         self._worker.start()
 
@@ -174,7 +152,7 @@ class Node:
         self._wake.set()
         await asyncio.to_thread(self._worker.join)
         self._worker = None
-        await self._stop_swarm()
+        await self.net.stop()
         self._set_state("stopped", self.error or "")
 
     async def pause(self, after_round: bool = True) -> None:
@@ -261,66 +239,8 @@ class Node:
         newest = self.store.rounds(limit=1)
         trainer.round = max(trainer.round, int(newest[0]["round"]) if newest else 0)
 
-    # ---- swarm ------------------------------------------------------------------------------------
-    async def _start_swarm(self) -> None:
-        from engine import tasks
-        from engine.swarm.identity import Identity
-        from engine.swarm.pool import RolloutPool
-        from engine.swarm.service import SwarmService
-
-        self._identity = Identity.load_or_create(self.config.data_dir)
-        self._refusals_stored = {}  # a new service counts from zero
-        tokens = max(cfg.sampling.max_new_tokens for cfg in (self.config.sapo, self.config.real_sapo) if cfg)
-        pool_cfg = dataclasses.replace(self.config.swarm.pool, max_completion_bytes=min(
-            self.config.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
-        self._pool = RolloutPool(pool_cfg, make_rescorer(self.config.sapo.partial_credit, tasks.preset(self.config.mix)),
-                                 on_decision=self._pool_eviction)
-        swarm_cfg = self.config.swarm
-        if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
-            swarm_cfg = dataclasses.replace(
-                swarm_cfg, bootstrap_urls=swarm_cfg.bootstrap_urls + (self.settings.bootstrap_url,))
-        if not self.settings.lan_discovery:
-            swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
-        info = {"model_id": self._model_id(), "task_lib_version": task_library_version()}
-        self._swarm = SwarmService(self._identity, swarm_cfg, self._pool, info, self.bus.publish,
-                                   replay_state=self.config.data_dir / "replay-guard.json",
-                                   receipts_state=self.config.data_dir / "receipts.json")
-        await self._swarm.start()
-        self.bus.publish(LogRecord(level="info", message=f"swarm: {self._identity.name} listening on "
-                                   f"{self._swarm.listen_url}"))
-
-    def _pool_eviction(self, decision: Any) -> None:
-        """Groups that left the pool unused reach the feed and the store like every other decision
-        (offers are reported by the swarm service, uses by the round)."""
-        if decision.evicted:
-            self.bus.publish(rollout_event(decision.group, "dropped", decision.reason, decision.question))
-
-    async def _stop_swarm(self) -> None:
-        if self._swarm is not None:
-            await self._swarm.stop()
-            self._swarm = None
-
-    def _peer_count(self) -> int:
-        swarm = self._swarm  # read once: the loop may clear it while leaving
-        return swarm.peer_count() if swarm is not None else 0
-
     def _model_id(self) -> str:
         return "seed" if self._model == "seed" else Path(self._model).name
-
-    def _publish_groups(self, groups: list[RolloutGroup], fetch: int = 0) -> None:
-        if self._swarm is None or self._loop is None or not groups:
-            return
-        # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
-        me = self._identity.peer_id
-        groups = [dataclasses.replace(g, provenance=dataclasses.replace(g.provenance, origin_peer=me))
-                  for g in groups]
-        future = asyncio.run_coroutine_threadsafe(self._swarm.publish(groups, fetch=fetch), self._loop)
-        future.add_done_callback(self._log_publish_failure)
-
-    def _log_publish_failure(self, future: Any) -> None:
-        exc = future.exception()
-        if exc is not None:
-            self.bus.publish(LogRecord(level="warning", message=f"publishing rollouts failed: {exc}"))
 
     # ---- the worker thread ------------------------------------------------------------------------
     def _work(self) -> None:
@@ -329,7 +249,7 @@ class Node:
             trainer = self._build_trainer()
             done = 0
             while not self._stop_requested:
-                copy = self._swarm.duplicate_identity if self._swarm is not None else None
+                copy = self.net.duplicate_identity
                 if copy is not None:  # another live node has our identity: it must not be both
                     self.error = str(copy)
                     self.identity_conflict = True
@@ -342,7 +262,7 @@ class Node:
                     trainer.save_checkpoint()
                     trainer = None  # free the old weights before loading the new ones
                     trainer = self._build_trainer()
-                self._set_state("in_swarm" if self._peer_count() else "solo", training=True)
+                self._set_state("in_swarm" if self.net.peer_count() else "solo", training=True)
                 self._run_one_round(trainer)
                 done += 1
                 if self.config.rounds and done >= self.config.rounds:
@@ -416,34 +336,14 @@ class Node:
 
     def _run_one_round(self, trainer: Any) -> None:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
-        external = self._pool.candidates() if self._pool is not None and trainer.cfg.num_external else []
+        external = self.net.candidates() if trainer.cfg.num_external else []
         result = trainer.run_round(external)
-        if self._pool is not None and result.used_external:
-            self._pool.mark_used(result.used_external)
-            for verified in result.used_external:
-                self.bus.publish(rollout_event(verified.group, "used", question=verified.question))
-            if self._swarm is not None and self._loop is not None:  # tell the origins (display only)
-                asyncio.run_coroutine_threadsafe(
-                    self._swarm.send_receipts([v.group for v in result.used_external]), self._loop)
-        self._publish_groups(list(result.local_groups), fetch=trainer.cfg.num_external)
+        self.net.after_round(self._loop, result.local_groups, result.used_external, fetch=trainer.cfg.num_external)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
             self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round
             self._recent_rounds.append((time.time(), float(result.metrics.get("reward_mean", 0.0))))
-        self._store_refusals()
         self._heap.after_round()
-
-    def _store_refusals(self) -> None:
-        """What the swarm refused since the last round goes to the store (frames; groups are rows of
-        `rollouts` already)."""
-        swarm = self._swarm
-        if swarm is None:
-            return
-        now = dict(swarm.stats()["refusals"])
-        last = self._refusals_stored
-        self._refusals_stored = now
-        delta = {reason: n - last.get(reason, 0) for reason, n in now.items() if n > last.get(reason, 0)}
-        self.store.record_refusals(delta)
 
     # ---- bookkeeping ------------------------------------------------------------------------------
     def _set_state(self, state: str, detail: str = "", training: bool = False) -> None:
@@ -475,8 +375,3 @@ class Node:
             level = event.level if event.level in ("info", "warning", "error") else "info"
             getattr(log, level)(event.message)
 
-
-def _board_summary(board: dict[str, Any]) -> dict[str, Any]:
-    """What the app shows of the board: where, how many nodes, until when this node may write."""
-    return {key: board.get(key) for key in ("connected", "urls", "nodes_on_board", "credential_expires_at",
-                                            "puts", "put_errors", "fetch_rounds", "frames_used", "fetch_ms_p50")}

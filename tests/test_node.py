@@ -164,7 +164,7 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
 
     async def main() -> None:
         await node.join()
-        await wait_for(lambda: node._pool is not None)
+        await wait_for(lambda: node.net.service is not None)
         import random
         import time
 
@@ -175,16 +175,16 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
         question = library.regenerate(ref)
         group = RolloutGroup(ref, question.hash, (library.demonstration(question), "no"),
                              Provenance("x" * 43, "seed", 1, 1, time.time()))
-        node._pool.offer(dataclasses.replace(group, completions=(" " * 9000, *group.completions[1:])))
-        node._pool.offer(dataclasses.replace(group, question_hash="0" * 64))
+        node.net.pool.offer(dataclasses.replace(group, completions=(" " * 9000, *group.completions[1:])))
+        node.net.pool.offer(dataclasses.replace(group, question_hash="0" * 64))
         health = node.status()["swarm"]
         assert health["groups_dropped"] == {"oversized": 1, "forged_ref": 1} and health["groups_received"] == 2
         assert health["frames_refused"] == {} and health["links"] == 0
         from engine.swarm.errors import ProtocolError
 
         with pytest.raises(ProtocolError):
-            node._swarm.protocol.open(b"{not json")  # a frame the swarm refuses ...
-        node._store_refusals()  # ... reaches the store (the worker does this after every round)
+            node.net.service.protocol.open(b"{not json")  # a frame the swarm refuses ...
+        node.net.store_refusals()  # ... reaches the store (the worker does this after every round)
         assert node.store.refusal_totals() == {"bad_json": 1}
         assert node.history()["frame_refusals"] == {"bad_json": 1}
         await wait_for(lambda: node.finished.is_set())

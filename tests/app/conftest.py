@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Machine tab probes the model hub only when downloads are on
 
 from engine.control.api import NodeControl
 from engine.control.server import ControlServer

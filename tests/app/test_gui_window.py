@@ -100,7 +100,7 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     assert window.peers.table.item(0, 3).text() == "manual"  # dialled from SwarmConfig.peer_urls
     # the real peer trains on our groups and says so (receipts): the credit line counts them
     qtbot.waitUntil(lambda: model.peers.swarm is not None and model.peers.swarm.credit is not None
-                    and model.peers.swarm.credit.uses > 0, timeout=WAIT_MS)
+                    and model.peers.swarm.credit.uses > 0, timeout=3 * WAIT_MS)  # a status poll every 2 s
     credit = model.peers.swarm.credit
     assert window.peers.credit.isVisible() and credit.peers == 1 and 0 < credit.used <= credit.shared
     assert f"peers trained on {credit.used:,} of them" in window.peers.credit.text()

@@ -1,0 +1,153 @@
+"""The node's side of the swarm: its identity, its pool of peers' groups and its SwarmService, and what
+passes between them and the trainer thread.
+
+`Node` owns one; the asyncio loop starts and stops it (`start`/`stop`); the trainer thread reads the
+pool (thread-safe) and hands its groups and receipts to the loop (`publish`, `send_receipts`); the
+control API reads `health()`. Attributes are replaced, never mutated, so other threads read each
+one once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from engine.events import LogRecord
+from engine.peer_groups import make_rescorer, rollout_event, task_library_version
+from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.swarm.config import BYTES_PER_TOKEN
+
+MAX_REPUTATION_ROWS = 32
+
+
+class NodeSwarm:
+    def __init__(self, config: Any, settings: Any, publish_event: Callable[[Any], None], store: Any) -> None:
+        self.config, self.settings = config, settings  # NodeConfig, ContributorSettings
+        self._emit = publish_event
+        self._store = store
+        self.identity: Any = None
+        self.pool: Any = None
+        self.service: Any = None
+        self._refusals_stored: dict[str, int] = {}  # the service's refusal counters as last stored
+
+    async def start(self, model_id: str) -> None:
+        from engine import tasks
+        from engine.swarm.identity import Identity
+        from engine.swarm.pool import RolloutPool
+        from engine.swarm.service import SwarmService
+
+        cfg = self.config
+        self.identity = Identity.load_or_create(cfg.data_dir)
+        self._refusals_stored = {}  # a new service counts from zero
+        tokens = max(c.sampling.max_new_tokens for c in (cfg.sapo, cfg.real_sapo) if c)
+        pool_cfg = dataclasses.replace(cfg.swarm.pool, max_completion_bytes=min(
+            cfg.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
+        self.pool = RolloutPool(pool_cfg, make_rescorer(cfg.sapo.partial_credit, tasks.preset(cfg.mix)),
+                                on_decision=self._pool_eviction)
+        swarm_cfg = cfg.swarm
+        if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
+            swarm_cfg = dataclasses.replace(
+                swarm_cfg, bootstrap_urls=swarm_cfg.bootstrap_urls + (self.settings.bootstrap_url,))
+        if not self.settings.lan_discovery:
+            swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
+        info = {"model_id": model_id, "task_lib_version": task_library_version()}
+        service = SwarmService(self.identity, swarm_cfg, self.pool, info, self._emit,
+                               replay_state=cfg.data_dir / "replay-guard.json",
+                               receipts_state=cfg.data_dir / "receipts.json")
+        await service.start()
+        self.service = service
+        self._emit(LogRecord(level="info", message=f"swarm: {self.identity.name} listening on "
+                             f"{service.listen_url}"))
+
+    async def stop(self) -> None:
+        service, self.service = self.service, None
+        if service is not None:
+            await service.stop()
+
+    def _pool_eviction(self, decision: Any) -> None:
+        """Groups that left the pool unused reach the feed and the store like every other decision
+        (offers are reported by the swarm service, uses by the round)."""
+        if decision.evicted:
+            self._emit(rollout_event(decision.group, "dropped", decision.reason, decision.question))
+
+    # --- read from any thread ---------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.service is not None
+
+    @property
+    def duplicate_identity(self) -> Any:
+        service = self.service
+        return service.duplicate_identity if service is not None else None
+
+    def peer_count(self) -> int:
+        service = self.service  # read once: the loop may clear it while leaving
+        return service.peer_count() if service is not None else 0
+
+    def health(self, reputation: dict[str, dict[str, float]]) -> dict[str, Any]:
+        """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
+        groups by reason (forged reference, oversized, duplicate, ...). Empty when solo."""
+        service, pool = self.service, self.pool
+        if service is None or pool is None:
+            return {}
+        stats, groups = service.stats(), pool.stats()
+        rows = sorted(reputation.items(), key=lambda kv: -kv[1]["groups"])[:MAX_REPUTATION_ROWS]
+        return {"frames_accepted": stats["frames_accepted"], "frames_refused": stats["refusals"],
+                "groups_received": groups["received"], "groups_pooled": groups["pooled"],
+                "groups_used": groups["used"], "groups_dropped": groups["dropped"], "pool_size": groups["size"],
+                "links": stats["links"], "board": board_summary(stats.get("board") or {}),
+                "known_peers": stats["known_peers"],
+                "reputation": [{"peer": peer, "score": round(rec["score"], 4), "groups": int(rec["groups"])}
+                               for peer, rec in rows],
+                "receipts": stats["receipts"]}
+
+    # --- the trainer thread ----------------------------------------------------------------------
+    def candidates(self) -> list[VerifiedGroup]:
+        pool = self.pool
+        return pool.candidates() if pool is not None else []
+
+    def after_round(self, loop: asyncio.AbstractEventLoop | None, own: Sequence[RolloutGroup],
+                    used: Sequence[VerifiedGroup], fetch: int) -> None:
+        """A round ended: mark and report the peers' groups it used, tell their origins (receipts),
+        publish its own groups (and fetch `fetch` of others'), store the refusals since the last."""
+        service, pool = self.service, self.pool
+        if pool is not None and used:
+            pool.mark_used(used)
+            for verified in used:
+                self._emit(rollout_event(verified.group, "used", question=verified.question))
+        if service is not None and loop is not None and not loop.is_closed():
+            if used:  # display only: an origin sees that its work was used
+                asyncio.run_coroutine_threadsafe(service.send_receipts([v.group for v in used]), loop)
+            if own:
+                # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
+                me = self.identity.peer_id
+                groups = [dataclasses.replace(g, provenance=dataclasses.replace(g.provenance, origin_peer=me))
+                          for g in own]
+                future = asyncio.run_coroutine_threadsafe(service.publish(groups, fetch=fetch), loop)
+                future.add_done_callback(self._log_publish_failure)
+        self.store_refusals()
+
+    def _log_publish_failure(self, future: Any) -> None:
+        exc = future.exception()
+        if exc is not None:
+            self._emit(LogRecord(level="warning", message=f"publishing rollouts failed: {exc}"))
+
+    def store_refusals(self) -> None:
+        """What the swarm refused since the last round goes to the store (frames; groups are rows of
+        `rollouts` already)."""
+        service = self.service
+        if service is None:
+            return
+        now = dict(service.stats()["refusals"])
+        last = self._refusals_stored
+        self._refusals_stored = now
+        delta = {reason: n - last.get(reason, 0) for reason, n in now.items() if n > last.get(reason, 0)}
+        self._store.record_refusals(delta)
+
+
+def board_summary(board: dict[str, Any]) -> dict[str, Any]:
+    """What the app shows of the board: where, how many nodes, until when this node may write."""
+    return {key: board.get(key) for key in ("connected", "urls", "nodes_on_board", "credential_expires_at",
+                                            "puts", "put_errors", "fetch_rounds", "frames_used", "fetch_ms_p50")}
