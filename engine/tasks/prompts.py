@@ -16,6 +16,7 @@ loss and evaluation all see the same bytes.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN, _round_decimal, 
 
 PROMPT_STYLES = ("compact", "chat-text", "chat-fewshot", "fewshot")
 MAX_SHOTS = 8
+PROMPT_CACHE = 1024  # rendered prompts kept (a round's, peers' and the judge's)
 DEFAULT_SYSTEM = (f"You solve short problems. Reply with the final answer only, inside {ANSWER_OPEN}"
                   f"{ANSWER_CLOSE} tags, e.g. {ANSWER_OPEN}42{ANSWER_CLOSE}.")
 
@@ -95,7 +97,9 @@ class PromptBuilder:
         chat = spec.style in ("chat-text", "chat-fewshot")
         self._template = getattr(tokenizer, "chat_template", None) if chat else None
         self._tokenizer = tokenizer
-        self._cache: dict[str, str] = {}
+        # Least recently used first: a round's prompts are asked again within the round (and the judge's
+        # at every eval); evicting one at a time keeps the heap steady where clearing all churned it.
+        self._cache: OrderedDict[str, str] = OrderedDict()
 
     @property
     def templated(self) -> bool:
@@ -105,11 +109,13 @@ class PromptBuilder:
     def __call__(self, question: Question) -> str:
         key = question.ref.key
         text = self._cache.get(key)
-        if text is None:
-            text = self._render(question)
-            if len(self._cache) >= 4096:
-                self._cache.clear()
-            self._cache[key] = text
+        if text is not None:
+            self._cache.move_to_end(key)
+            return text
+        text = self._render(question)
+        self._cache[key] = text
+        if len(self._cache) > PROMPT_CACHE:
+            self._cache.popitem(last=False)
         return text
 
     def _render(self, question: Question) -> str:
