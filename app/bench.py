@@ -130,6 +130,7 @@ def measure(data_dir: Path, seconds: float) -> dict[str, Any]:
     if not window.model.node.connected:
         raise SystemExit("the app could not connect to the engine")
     window.toggle_join()
+    deadline = time.monotonic() + 900  # a real model loads first (GGUF conversion on a fresh data dir)
     while window.model.node.state not in ("solo", "in_swarm") and time.monotonic() < deadline:
         app.processEvents()
         time.sleep(0.01)

@@ -23,6 +23,7 @@ from engine.paths import BENCH_DIR, REPO_ROOT, SEED_MODEL_DIR
 
 DESCRIPTION = "longest Qt event-loop stall in the app while the engine trains flat out (goal < 50 ms)"
 GOAL_MS = 50.0
+GOAL_P99_MS = 16.0  # one 60 Hz frame
 
 
 def _model(tmp: Path) -> tuple[str, str]:
@@ -49,7 +50,7 @@ def _one(model: str, seconds: float, low_priority: bool, tmp: Path) -> dict[str,
             time.sleep(0.2)
         env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("SAPO_BENCH_QPA", "offscreen")}
         out = subprocess.run([sys.executable, "-m", "app.bench", str(data_dir), str(seconds)], cwd=REPO_ROOT,
-                             env=env, capture_output=True, text=True, timeout=seconds + 180, check=False)
+                             env=env, capture_output=True, text=True, timeout=seconds + 1200, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"app.bench failed:\n{out.stderr[-3000:]}")
         result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -60,14 +61,39 @@ def _one(model: str, seconds: float, low_priority: bool, tmp: Path) -> dict[str,
     return result
 
 
-def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0) -> dict[str, Any]:
+def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0, models: str = "seed,smollm2-135m",
+        real_seconds: float = 90.0) -> dict[str, Any]:
+    """`models`: comma-separated; "seed" (or a tiny random policy where the seed is not built) and
+    catalog ids of real models (skipped when not installed). A real model's rounds take tens of
+    seconds on a CPU, so it is watched for `real_seconds` (half watching, half switching tabs)."""
+    from engine.models.backends import resolve_model_id
+    from engine.models.catalog import get
+
+    runs: list[dict[str, Any]] = []
+    skipped: list[str] = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model, model_label = _model(tmp)
-        runs = [_one(model, seconds, low_priority, tmp) for low_priority in (True, False)]
-    worst = max(r["watching"].get("max_stall_ms", float("inf")) for r in runs)
-    result = {"goal_max_stall_ms": GOAL_MS, "model": model_label, "runs": runs, "max_stall_ms": worst,
-              "meets_goal": worst < GOAL_MS}
+        for name in [m.strip() for m in models.split(",") if m.strip()]:
+            if name == "seed":
+                model, label, secs = (*_model(tmp), seconds)
+            else:
+                try:
+                    spec = get(resolve_model_id(name))
+                except KeyError:
+                    spec = None
+                if spec is None or spec.local_path is None:
+                    skipped.append(name)
+                    continue
+                model, label, secs = name, spec.id, real_seconds
+            for low_priority in (True, False):
+                runs.append({**_one(model, secs, low_priority, tmp), "model_label": label})
+    watching = [r["watching"] for r in runs if r["watching"].get("samples")]
+    worst = max((w["max_stall_ms"] for w in watching), default=float("inf"))
+    p99 = max((w["p99_stall_ms"] for w in watching), default=float("inf"))
+    result = {"goal_max_stall_ms": GOAL_MS, "goal_p99_ms": GOAL_P99_MS, "models": sorted({r["model_label"] for r in runs}),
+              "skipped_models": skipped, "runs": runs, "max_ms": worst, "p99_ms": p99, "max_stall_ms": worst,
+              "meets_goal": worst < GOAL_MS and p99 < GOAL_P99_MS,
+              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gui.json").write_text(json.dumps(result, indent=2) + "\n")
     (out_dir / "gui.md").write_text(table(result) + "\n")
@@ -75,23 +101,28 @@ def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [(f"Qt event-loop stalls while the engine trains flat out ({result['model']}); "
-             f"goal: max < {result['goal_max_stall_ms']:g} ms while watching the dashboard"),
+    lines = [(f"Qt event-loop stalls while the engine trains flat out ({', '.join(result['models'])}; "
+              f"{result['measured_at']}); goal while watching the dashboard: p99 < {result['goal_p99_ms']:g} ms "
+              f"and max < {result['goal_max_stall_ms']:g} ms"),
              "",
-             ("| engine priority | phase | max stall ms | Qt-thread CPU in it ms | p99 ms | >16 ms | >50 ms "
-             "| tick max ms | rounds | engine CPU % | app CPU % | load avg |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| model | engine priority | phase | max stall ms | Qt-thread CPU in it ms | p99 ms | >16 ms | >50 ms "
+              "| tick max ms | rounds | engine CPU % | app CPU % | load avg |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
         for phase in ("watching", "switching_tabs"):
             p = r[phase]
+            if not p.get("samples"):
+                continue
             worst = max(p["long_stalls"], default=None)
             busy = f"{worst[1]:.1f}" if worst else f"< {p['max_busy_ms']:.0f}"
-            lines.append(f"| {r['engine_priority']} | {phase.replace('_', ' ')} | {p['max_stall_ms']:.1f} | {busy} | "
-                         f"{p['p99_stall_ms']:.1f} | {p['stalls_over_16ms']} | {p['stalls_over_50ms']} | "
-                         f"{r['tick_max_ms']:.1f} | {r['rounds_during']} | {r['engine_cpu_percent']:.0f} | "
-                         f"{r['gui_cpu_percent']:.0f} | {r['load_average']:.1f} |")
+            lines.append(f"| {r['model_label']} | {r['engine_priority']} | {phase.replace('_', ' ')} | "
+                         f"{p['max_stall_ms']:.1f} | {busy} | {p['p99_stall_ms']:.1f} | {p['stalls_over_16ms']} | "
+                         f"{p['stalls_over_50ms']} | {r['tick_max_ms']:.1f} | {r['rounds_during']} | "
+                         f"{r['engine_cpu_percent']:.0f} | {r['gui_cpu_percent']:.0f} | {r['load_average']:.1f} |")
     lines.append("")
-    lines.append(f"Worst max stall while watching: {result['max_stall_ms']:.1f} ms -> "
+    if result.get("skipped_models"):
+        lines.append(f"Not installed here, not measured: {', '.join(result['skipped_models'])}.")
+    lines.append(f"Worst while watching: p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms -> "
                  f"{'meets' if result['meets_goal'] else 'MISSES'} the goal. Qt-thread CPU inside a stall shows "
                  "how much of it was the app's own work and how much was waiting for a core (load avg: "
                  "other processes on the machine).")
