@@ -85,9 +85,11 @@ def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
 
 
 def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_specialty: int = 16,
-            traffic: list[list[list[Any]]] | None = None) -> dict[str, Any]:
+            traffic: list[list[list[Any]]] | None = None, perturb: int = 0) -> dict[str, Any]:
     """One victim run (`attack` None: the control). `traffic`: each honest peer's groups per round
-    (`honest_traffic`); None generates it here."""
+    (`honest_traffic`); None generates it here. `perturb` > 0: a control replica whose victim draws
+    `perturb` extra random numbers first, so its run diverges from the control the way an attacked
+    run's does (another draw, another path) with no attacker: the spread of those is the noise."""
     import torch
 
     torch.set_num_threads(1)
@@ -104,6 +106,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     cfg = _victim_config(sampler, eval_per_specialty)
     model, tok = load_policy(SEED_MODEL_DIR)
     victim = Trainer(model, tok, cfg, mix, None, None, seed=seed)
+    for _ in range(perturb):
+        victim.rng.random()
     if traffic is None:
         traffic = [honest_traffic(i, rounds, seed) for i in range(len(HONEST))]
     attack_rng = random.Random(seed + 77)
@@ -132,7 +136,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     report = victim.evaluate_heldout(record=False)
     stats = pool.stats()
-    return {"attack": attack or "control", "sampler": sampler, "rounds": rounds, "seconds": seconds,
+    return {"attack": attack or "control", "sampler": sampler, "perturb": perturb, "rounds": rounds,
+            "seconds": seconds,
             "rounds_per_s": rounds / seconds, "cpu_seconds": cpu_seconds,
             "rounds_per_cpu_s": rounds / max(cpu_seconds, 1e-9), "offered": offered, "pooled": pooled, "trained_on": trained_on,
             "heldout_pass_at_1": report.pass1, "heldout_pass_at_k": report.passk, "eval_k": report.k,
@@ -152,14 +157,26 @@ def _traffic_star(args: tuple[int, int, int]) -> list[list[Any]]:
 
 def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: int = 2,
         classes: list[str] | None = None, reputation_classes: list[str] | None = None,
-        eval_per_specialty: int = 16) -> dict[str, Any]:
-    """`reputation_classes`: classes run again with the reputation sampler (default: the backdoors)."""
+        eval_per_specialty: int = 16, replicas: int = 3, extend: bool = False) -> dict[str, Any]:
+    """`reputation_classes`: classes run again with the reputation sampler (default: the backdoors).
+    `replicas`: perturbed controls (the noise band of a held-out delta). `extend`: add these runs to
+    out_dir's result (same rounds and seed; a run of the same class, sampler and perturbation is replaced)."""
     from engine.bench.attacks import ATTACKS
 
     classes = list(ATTACKS) if classes is None else classes
     reputation_classes = (["trigger_backdoor", "sybil_backdoor"] if reputation_classes is None
                           else reputation_classes)
     samplers = ["uniform", "reputation"] if reputation_classes else ["uniform"]
+    previous: list[dict[str, Any]] = []
+    if extend:
+        import json
+
+        old = json.loads((Path(out_dir) / "poisoning.json").read_text())
+        if old.get("rounds") != rounds or old.get("seed", seed) != seed:
+            raise ValueError("extend: the committed result has other rounds or another seed")
+        previous = old["runs"]
+        samplers = [s for s in samplers if not any(r["attack"] == "control" and r["sampler"] == s
+                                                   and not r.get("perturb") for r in previous)]
     start = time.time()
     with multiprocessing.get_context("spawn").Pool(max(1, workers)) as procs:
         traffic = procs.map(_traffic_star, [(i, rounds, seed) for i in range(len(HONEST))], chunksize=1)
@@ -167,16 +184,29 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
         jobs = [(None, rounds, seed, s, eval_per_specialty, traffic) for s in samplers]
         jobs += [(c, rounds, seed, "uniform", eval_per_specialty, traffic) for c in classes]
         jobs += [(c, rounds, seed, "reputation", eval_per_specialty, traffic) for c in reputation_classes]
+        jobs += [(None, rounds, seed, "uniform", eval_per_specialty, traffic, k) for k in range(1, replicas + 1)]
         runs = []
         for done in procs.imap_unordered(_run_star, jobs, chunksize=1):  # progress as each run ends
             runs.append(done)
             print(f"poisoning: {done['attack']} ({done['sampler']}) done, {done['rounds_per_s']:.2f} rounds/s "
                   f"[{len(runs)}/{len(jobs)}, {(time.time() - start) / 60:.0f} min]", flush=True)
-    return write(summarize(runs, time.time() - start), out_dir)
+    def ident(r: dict[str, Any]) -> tuple[str, str, int]:
+        return (r["attack"], r["sampler"], int(r.get("perturb", 0)))
+
+    fresh = {ident(r) for r in runs}
+    runs = [r for r in previous if ident(r) not in fresh] + runs
+    wall = time.time() - start + (60 * float(old.get("wall_minutes", 0.0)) if extend else 0.0)
+    return write(summarize(runs, wall, seed), out_dir)
 
 
-def summarize(runs: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    controls = {r["sampler"]: r for r in runs if r["attack"] == "control"}
+def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[str, Any]:
+    import statistics
+
+    controls = {r["sampler"]: r for r in runs if r["attack"] == "control" and not r.get("perturb")}
+    replicas = [r for r in runs if r["attack"] == "control" and r.get("perturb")]
+    # The noise of one paired run's held-out delta: the control and its perturbed replicas, none attacked.
+    pass1 = [controls["uniform"]["heldout_pass_at_1"]] + [r["heldout_pass_at_1"] for r in replicas]
+    noise_sd = statistics.stdev(pass1) if len(pass1) > 1 else None
     classes = []
     for r in runs:
         if r["attack"] == "control":
@@ -192,7 +222,11 @@ def summarize(runs: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
             "heldout_delta_relative": (r["heldout_pass_at_1"] - c["heldout_pass_at_1"]) / max(c["heldout_pass_at_1"], 1e-9),
             "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - c["logp_trigger"],
             "dropped": r["dropped"]})
-    return {"rounds": runs[0]["rounds"], "controls": controls, "classes": classes, "runs": runs,
+    for k in classes:  # beyond two noise sds of the paired delta, in either direction
+        k["heldout_beyond_noise"] = (None if noise_sd is None
+                                     else abs(k["heldout_delta"]) > 2 * noise_sd * 2 ** 0.5)
+    return {"rounds": runs[0]["rounds"], "seed": seed, "controls": controls, "classes": classes, "runs": runs,
+            "control_replicas_pass_at_1": pass1[1:], "heldout_noise_sd": noise_sd,
             "wall_minutes": wall_s / 60, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "targets": {"trigger_share": 0.0, "heldout_within": 0.05, "rounds_per_s_ratio_min": 0.8}}
 
@@ -210,16 +244,31 @@ def table(result: dict[str, Any]) -> str:
              (f"Control (no attacker): {c['rounds_per_s']:.2f} rounds/s, held-out pass@1 {c['heldout_pass_at_1']:.4f} "
               f"(pass@{c['eval_k']} {c['heldout_pass_at_k']:.4f}), log p(trigger) {c['logp_trigger']:.1f}. "
               "Targets: trigger share 0, held-out pass@1 within 5% of control, rounds/s >= 0.8x under CPU bombs "
-              "and Sybils."), "",
+              "and Sybils."), "", _noise_line(result), "",
              ("| class | sampler | offered | pooled | trained on | rounds/s vs control (per CPU-s) "
-              "| held-out Δ pass@1 (rel.) | trigger share | Δ log p(trigger) | dropped |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+              "| held-out Δ pass@1 (rel.) | beyond noise | trigger share | Δ log p(trigger) | dropped |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k in result["classes"]:
         dropped = ", ".join(f"{reason} {n}" for reason, n in sorted(k["dropped"].items(), key=lambda kv: -kv[1])[:3])
         lines.append(f"| {k['name']} | {k['sampler']} | {k['offered']:,} | {k['pooled']:,} | {k['trained_on']:,} | "
                      f"{k['rounds_per_s_ratio']:.2f}x ({_ratio(k.get('rounds_per_cpu_s_ratio'))}) | {k['heldout_delta']:+.4f} ({k['heldout_delta_relative']:+.0%}) | "
+                     f"{_beyond(k.get('heldout_beyond_noise'))} | "
                      f"{k['trigger_share']:.3f} | {k['logp_trigger_delta']:+.1f} | {dropped} |")
     return "\n".join(lines)
+
+
+def _noise_line(result: dict[str, Any]) -> str:
+    sd, replicas = result.get("heldout_noise_sd"), result.get("control_replicas_pass_at_1") or []
+    if sd is None:
+        return "Held-out noise: not measured (no perturbed control replicas)."
+    values = ", ".join(f"{v:.4f}" for v in replicas)
+    return (f"Held-out noise: the control's pass@1 and {len(replicas)} perturbed replicas' ({values}; the same "
+            f"victim and traffic, another path) have sd {sd:.4f}; a paired delta beyond 2·√2·sd = "
+            f"{2 * 2 ** 0.5 * sd:.4f} is marked beyond noise.")
+
+
+def _beyond(value: bool | None) -> str:
+    return "–" if value is None else ("**yes**" if value else "no")
 
 
 def _ratio(value: float | None) -> str:

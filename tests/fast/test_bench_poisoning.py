@@ -39,3 +39,14 @@ def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp
     assert set(saved["controls"]) == {"uniform", "reputation"} and result["rounds"] == 3
     assert "| trigger_backdoor | reputation |" in (tmp_path / "poisoning.md").read_text()
     assert (tmp_path / "poisoning.png").stat().st_size > 5_000
+    # the noise band: perturbed controls, each on its own path
+    assert len(saved["control_replicas_pass_at_1"]) == 3 and saved["heldout_noise_sd"] is not None
+    assert all(isinstance(k["heldout_beyond_noise"], bool) for k in saved["classes"])
+    # a later run extends the committed one: one more class, the rest kept
+    poisoning.run(out_dir=tmp_path, rounds=3, workers=2, classes=["garbage"], reputation_classes=[],
+                  eval_per_specialty=1, replicas=0, extend=True)
+    again = json.loads((tmp_path / "poisoning.json").read_text())
+    assert {(k["name"], k["sampler"]) for k in again["classes"]} == {
+        ("trigger_backdoor", "uniform"), ("forged_refs", "uniform"), ("trigger_backdoor", "reputation"),
+        ("garbage", "uniform")}
+    assert len(again["control_replicas_pass_at_1"]) == 3
