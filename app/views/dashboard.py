@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import math
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
@@ -17,6 +19,26 @@ from app.theme import PLOT_COLORS
 # Pens are 1 px too: wider pens are stroked as paths, several times slower than plain lines.
 pg.setConfigOptions(antialias=False, background="w", foreground="#374151")
 MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
+BOUNDED = (-0.02, 1.02)  # plots of fractions and rewards keep this y range (0..1, the edges visible)
+
+
+def nice_above(value: float) -> float:
+    """The smallest 1, 2 or 5 x 10^k at or above `value` (10 for nothing yet)."""
+    if not math.isfinite(value) or value <= 0:
+        return 10.0
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(step * power for step in (1.0, 2.0, 5.0, 10.0) if step * power >= value * (1 - 1e-12))
+
+
+def stepped_range(current: tuple[float, float] | None, low: float, high: float) -> tuple[float, float]:
+    """An axis range that moves in steps: kept while the data fits and fills more than a fifth of it,
+    else the next nice range. A range that changes every round makes pyqtgraph redo the axis ticks and
+    repaint the whole plot every round; this way it happens a few times per order of magnitude."""
+    bottom = 0.0 if low >= 0 else -nice_above(-low * 1.1)
+    if current is not None and current[0] == bottom and high <= current[1] \
+            and (high - bottom) >= 0.2 * (current[1] - bottom):
+        return current
+    return bottom, nice_above(high * 1.1) if high > 0 else (0.0 if low < 0 else 10.0)
 
 
 class _Curve:
@@ -29,6 +51,7 @@ class _Curve:
         self.color = color
         self.max_points = max_points
         self.item = plot.plot(pen=pg.mkPen(color, width=width, style=style), name=name, antialias=antialias)
+        self.plot = plot
         self._version = -1
 
     def sync(self) -> bool:
@@ -135,8 +158,8 @@ class DashboardView(QWidget):
         for col in range(4):
             grid.layout.setColumnStretchFactor(col, 1)
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
-        for plot in (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot):
-            plot.setYRange(0, 1, padding=0.02)
+        self._bounded = (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot)
+        self._ranges: dict[tuple[int, str], tuple[float, float]] = {}
         self.zero_std_plot.setToolTip(CARD_TIPS["zero_std"])
 
         s = model.series
@@ -181,8 +204,10 @@ class DashboardView(QWidget):
         plot.setLabel("bottom", "round")
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
         plot.getAxis("bottom").enableAutoSIPrefix(False)  # "round (x0.001)" helps nobody
-        plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0)  # a sane empty axis until data arrives...
-        plot.enableAutoRange()  # ...then follow it (setRange had switched auto-range off)
+        # A sane empty axis until data arrives; then ranges that move in steps (`_fit_ranges`), not pyqtgraph's
+        # auto-range, which changes them every round and with them the ticks to draw.
+        plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0)
+        plot.disableAutoRange()
         plot.setMenuEnabled(False)
         return plot
 
@@ -224,9 +249,10 @@ class DashboardView(QWidget):
         for _ in range(len(self._groups)):
             group = self._groups[self._next_group]
             self._next_group = (self._next_group + 1) % len(self._groups)
-            synced = sum(curve.sync() for curve in group)
-            self.redraws += synced
-            if synced and not full:
+            changed = [curve for curve in group if curve.sync()]
+            self.redraws += len(changed)
+            self._fit_ranges({id(c.plot): c.plot for c in changed}.values())
+            if changed and not full:
                 break
         if model.version == self._seen_version:
             return
@@ -243,6 +269,22 @@ class DashboardView(QWidget):
         self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")
         self._set_card("tokens_per_s", model.latest("tokens_per_s"), "{:,.0f}")
         self.cards["rounds"].setText(f"{model.rounds:,}")
+
+    def _fit_ranges(self, plots: object) -> None:
+        """Axis ranges in steps (see `stepped_range`); the bounded plots keep 0..1."""
+        for plot in plots:  # type: ignore[attr-defined]
+            rings = [c.ring for c in self._curves if c.plot is plot and len(c.ring)]
+            if not rings:
+                continue
+            x_high = max(float(r.x[-1]) for r in rings)
+            xr = stepped_range(self._ranges.get((id(plot), "x")), 0.0, x_high)
+            ys = [r.y[np.isfinite(r.y)] for r in rings]
+            ys = [y for y in ys if len(y)]
+            yr = BOUNDED if plot in self._bounded or not ys else stepped_range(
+                self._ranges.get((id(plot), "y")), min(float(y.min()) for y in ys), max(float(y.max()) for y in ys))
+            if (xr, yr) != (self._ranges.get((id(plot), "x")), self._ranges.get((id(plot), "y"))):
+                self._ranges[(id(plot), "x")], self._ranges[(id(plot), "y")] = xr, yr
+                plot.setRange(xRange=xr, yRange=yr, padding=0)
 
     def _set_card(self, key: str, value: float | None, fmt: str) -> None:
         self.cards[key].setText("–" if value is None else fmt.format(value))

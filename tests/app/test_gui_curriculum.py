@@ -158,3 +158,29 @@ def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qt
     model.apply_eval(EvalCompleted(round=5, pass1=0.2, passk=0.5, k=4, per_specialty={}))
     view.refresh(full=True)
     assert "after round" not in view.eval_plot.titleLabel.text and "pass@1" in view.eval_plot.titleLabel.text
+
+
+def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
+    """pyqtgraph's auto-range moved every axis every round, and redoing the ticks was most of a
+    repaint; ranges now step through 1-2-5 values and always contain the data."""
+    from app.views.dashboard import nice_above, stepped_range
+
+    assert [nice_above(v) for v in (0, 0.3, 1, 1.1, 3, 7, 12, 450)] == [10, 0.5, 1, 2, 5, 10, 20, 500]
+    assert stepped_range(None, 0, 9) == (0, 10) and stepped_range((0, 10), 0, 9.5) == (0, 10)
+    assert stepped_range((0, 10), 0, 12) == (0, 20) and stepped_range((0, 100), 0, 3) == (0, 5)  # shrinks too
+    assert stepped_range(None, -3, 5) == (-5, 10) and stepped_range(None, -3, -1) == (-5, 0)
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    ranges = set()
+    for r in range(1, 121):
+        model.apply_round(_round(r))
+        view.refresh(full=True)
+        ranges.add(tuple(view.length_plot.viewRange()[0]))
+        (x0, x1), (y0, y1) = view.cumulative_plot.viewRange()
+        cumulative = model.series["cumulative"]
+        assert x0 <= 0 and x1 >= r and y0 <= min(cumulative.y) and y1 >= max(cumulative.y)
+    assert len(ranges) <= 4  # 120 rounds: a handful of x ranges, not 120
+    (_, _), (y0, y1) = view.reward_plot.viewRange()
+    assert -0.05 < y0 < 0 and 1 < y1 < 1.05  # a fraction keeps 0..1
