@@ -160,12 +160,13 @@ class ReceiptBook:
 
         with self._lock:
             self.shared = count(state.get("shared")) or 0
-            peers = state.get("peers") if isinstance(state.get("peers"), dict) else {}
-            for peer, n in list(peers.items())[-4096:]:
+            peers = state.get("peers")
+            for peer, n in list(peers.items() if isinstance(peers, dict) else ())[-4096:]:
                 if isinstance(peer, str) and len(peer) <= 64 and count(n):
                     self._peers[peer] = n
             self._used_before = count(state.get("used")) or 0
-            hourly = state.get("hourly") if isinstance(state.get("hourly"), dict) else {}
-            for hour, n in sorted((int(h), n) for h, n in hourly.items() if h.isdigit() and count(n)):
+            hourly = state.get("hourly")
+            pairs = hourly.items() if isinstance(hourly, dict) else ()
+            for hour, n in sorted((int(h), n) for h, n in pairs if isinstance(h, str) and h.isdigit() and count(n)):
                 self._hourly[hour] = n
             self._trim(self._hourly, self.config.hours)
