@@ -181,20 +181,17 @@ async def _refuse_open_cluster(urls: list[str]) -> None:
     import nats
 
     from engine.swarm.errors import ConnectError
+    from engine.swarm.nats_board import quiet_errors
 
     try:
         anonymous = await nats.connect(servers=urls, connect_timeout=3.0, allow_reconnect=False,
-                                       max_reconnect_attempts=1, error_cb=_quiet)
+                                       max_reconnect_attempts=1, error_cb=quiet_errors)
     except Exception:  # noqa: BLE001 -- refused, as it should be
         return
     await anonymous.close()
     raise ConnectError(", ".join(urls), "the cluster accepts clients without credentials",
                        "any client could overwrite any node's slot: include the file from `sapo bootstrap "
                        "--data-dir DIR --nats-auth-out FILE` in every server's config, or pass --nats-open")
-
-
-async def _quiet(exc: Exception) -> None:
-    """nats-py logs a traceback per failed attempt by default; the refusal is the expected answer here."""
 
 
 def _write_nats_auth(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from engine.swarm.errors import ConnectError
 STREAM = "SAPO_ROLLOUTS"
 
 
-async def _quiet(exc: Exception) -> None:
+async def quiet_errors(exc: Exception) -> None:
     """nats-py's default error callback logs a traceback per failed attempt; callers report once."""
 
 
@@ -43,7 +43,7 @@ class NatsBoard:
 
         try:  # the first connect fails fast (a refused credential must be reported, not retried forever)
             self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=False,
-                                         max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=_quiet,
+                                         max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=quiet_errors,
                                          **self.connect_options)
         except Exception as exc:  # nats-py raises several unrelated types here
             why = str(exc) or type(exc).__name__

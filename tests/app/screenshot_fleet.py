@@ -85,7 +85,7 @@ def run(out_dir: Path, timeout_s: float, model_name: str, rounds: int) -> int:
 
 
 def main() -> int:
-    from screenshot_main import start_xvfb
+    from screenshot_main import private_display
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out_dir", type=Path, help="folder for fleet.png and fleet_stopped.png")
@@ -94,13 +94,8 @@ def main() -> int:
     parser.add_argument("--model", default="seed", help="seed (default) or tiny (random, fast)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds each engine trains before the first picture")
     args = parser.parse_args()
-    xvfb = start_xvfb(1280, 820) if args.xvfb else None
-    try:
+    with private_display(args.xvfb):
         return run(args.out_dir, args.timeout, args.model, args.rounds)
-    finally:
-        if xvfb is not None:
-            xvfb.terminate()
-            xvfb.wait(10)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ process, and `--xvfb` starts a private X server for it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,6 +33,18 @@ def start_xvfb(width: int, height: int) -> subprocess.Popen[bytes]:
     os.environ["DISPLAY"] = f":{display}"
     os.environ["QT_QPA_PLATFORM"] = "xcb"
     return xvfb
+
+
+@contextlib.contextmanager
+def private_display(enabled: bool, width: int = 1280, height: int = 820):  # type: ignore[no-untyped-def]
+    """A private Xvfb for this process's windows while the block runs (nothing when not `enabled`)."""
+    xvfb = start_xvfb(width, height) if enabled else None
+    try:
+        yield
+    finally:
+        if xvfb is not None:
+            xvfb.terminate()
+            xvfb.wait(10)
 
 
 def run(out: Path, rounds: int, model: str, tabs: bool, timeout_s: float) -> int:
@@ -119,13 +132,8 @@ def main() -> int:
     parser.add_argument("--tabs", action="store_true", help="also capture each tab, next to OUT")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the rounds")
     args = parser.parse_args()
-    xvfb = start_xvfb(1280, 820) if args.xvfb else None
-    try:
+    with private_display(args.xvfb):
         return run(args.out, args.rounds, args.model, args.tabs, args.timeout)
-    finally:
-        if xvfb is not None:
-            xvfb.terminate()
-            xvfb.wait(10)
 
 
 if __name__ == "__main__":
