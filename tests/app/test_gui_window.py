@@ -102,8 +102,11 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     qtbot.waitUntil(lambda: model.peers.swarm is not None and model.peers.swarm.credit is not None
                     and model.peers.swarm.credit.uses > 0, timeout=3 * WAIT_MS)  # a status poll every 2 s
     credit = model.peers.swarm.credit
-    assert window.peers.credit.isVisible() and credit.peers == 1 and 0 < credit.used <= credit.shared
-    assert f"peers trained on {credit.used:,} of them" in window.peers.credit.text()
+    assert credit.peers == 1 and 0 < credit.used <= credit.shared
+    # the label is drawn on the next tick, from the newest status (which may count more receipts)
+    qtbot.waitUntil(lambda: window.peers.credit.isVisible() and "peers trained on" in window.peers.credit.text()
+                    and f"of them ({model.peers.swarm.credit.uses:,} times" in window.peers.credit.text(),
+                    timeout=WAIT_MS)
     window.tabs.setCurrentWidget(window.log_view)
     qtbot.waitUntil(lambda: "ready: tiny-a on cpu" in window.log_view.text.toPlainText(), timeout=WAIT_MS)
     # leave: the round in flight finishes, the link closes, everything the dashboard saw is stored
