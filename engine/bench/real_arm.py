@@ -23,11 +23,11 @@ SOLVED = 1.0 - 1e-6
 
 
 def judge_mix(specialties: list[str]) -> Any:
-    """The curriculum's first rung of each specialty: the judge set's settings."""
-    from engine.tasks.curriculum import LADDERS
+    """The curriculum's entry rung of each specialty: the judge set's settings."""
+    from engine.tasks.curriculum import entry_settings
     from engine.tasks.library import SpecialtySpec, TaskMix
 
-    return TaskMix("rung0", {s: SpecialtySpec(1.0, dict(LADDERS[s][0])) for s in specialties})
+    return TaskMix("rung0", {s: SpecialtySpec(1.0, entry_settings(s)) for s in specialties})
 
 
 def train_mix(specialties: list[str]) -> Any:

@@ -2,7 +2,7 @@
 
 Two arms run side by side, one core each (engine/bench/real_arm.py): SmolLM2-135M alone, and
 SmolLM2-135M beside seed-model peers sharing rollouts through real pools. Same weights, seeds and
-round count. Each is judged before and after on a fixed held-out set of the curriculum's first rungs
+round count. Each is judged before and after on a fixed held-out set of the curriculum's entry rungs
 (>= 256 questions, k samples at T = 1, repeated over sampling seeds for the judge's own noise) and,
 reported apart, on the `rl` mix. The "before" uses the training prompt: a better prompt is not
 counted as learning. Writes bench/real_learning.{json,md,png}.
@@ -130,7 +130,7 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float,
     b, a = solo["before"]["judge"], solo["after"]["judge"]
     out: dict[str, Any] = {
         "model": solo["model"], "backend": solo["backend"], "judge_questions": b["questions"], "eval_k": b["k"],
-        "specialties": specialties, "judge_settings": "curriculum rung 0 of each specialty",
+        "specialties": specialties, "judge_settings": "curriculum entry rung of each specialty",
         "before": {k: b[k] for k in ("pass_at_1", "pass_at_k", "format_rate", "accuracy_formatted")},
         "after": {k: a[k] for k in ("pass_at_1", "pass_at_k", "format_rate", "accuracy_formatted")},
         "eval_sd": max(b["pass_at_1_sd"], a["pass_at_1_sd"]),

@@ -7,10 +7,15 @@ ladder when its own recent pass rate there rises above `high` and down when it f
 Rungs are a finite, published set (`LADDERS`), so a peer's task reference at any rung still verifies
 (`engine.tasks.library.verify` runs only known settings: the DoS guard stays), and every group says
 its rung through its settings (`rung_of`).
+
+Every specialty starts on its entry rung (`ENTRY_RUNG`), the settings the held-out judge uses. The
+rungs below it are for a model that cannot yet do the entry rung: there its own groups are nearly all
+wrong, so nearly none carries a learning signal, and one rung down they disagree again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import deque
@@ -22,6 +27,7 @@ _PLAIN = {"allow_parentheses": False, "allow_negation": False}
 # Easiest first. Keys are ReasoningGym's own config fields.
 LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
     "basic_arithmetic": (
+        {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"], **_PLAIN},
         {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"], **_PLAIN},
         {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-", "*"], **_PLAIN},
         {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["+", "-", "*"], **_PLAIN},
@@ -30,6 +36,7 @@ LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
         {"min_terms": 3, "max_terms": 4, "min_digits": 2, "max_digits": 2},
     ),
     "base_conversion": (
+        {"min_base": 2, "max_base": 10, "min_value": 1, "max_value": 5},  # often the same digit in both bases
         {"min_base": 2, "max_base": 10, "min_value": 1, "max_value": 10},
         {"min_base": 2, "max_base": 10, "min_value": 1, "max_value": 20},
         {"min_base": 2, "max_base": 10, "min_value": 1, "max_value": 40},
@@ -37,6 +44,8 @@ LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
         {"min_base": 2, "max_base": 16, "min_value": 1, "max_value": 500},
     ),
     "fraction_simplification": (
+        {"min_value": 1, "max_value": 5, "min_factor": 2, "max_factor": 2, "styles": ["plain"]},
+        {"min_value": 1, "max_value": 10, "min_factor": 2, "max_factor": 2, "styles": ["plain"]},
         {"min_value": 1, "max_value": 10, "min_factor": 2, "max_factor": 3, "styles": ["plain"]},
         {"min_value": 1, "max_value": 20, "min_factor": 1, "max_factor": 5, "styles": ["plain"]},
         {"min_value": 1, "max_value": 20, "min_factor": 1, "max_factor": 5},
@@ -44,6 +53,9 @@ LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
         {"min_value": 1, "max_value": 100, "min_factor": 1, "max_factor": 20},
     ),
     "decimal_arithmetic": (
+        # ReasoningGym's tolerance is one unit in the last allowed place: whole numbers within 1, then 0.1
+        {"min_num_decimal_places": 0, "max_num_decimal_places": 0, "min_terms": 2, "max_terms": 2},
+        {"min_num_decimal_places": 0, "max_num_decimal_places": 1, "min_terms": 2, "max_terms": 2},
         {"min_num_decimal_places": 1, "max_num_decimal_places": 1, "min_terms": 2, "max_terms": 2},
         {"min_num_decimal_places": 1, "max_num_decimal_places": 2, "min_terms": 2, "max_terms": 2},
         {"min_num_decimal_places": 2, "max_num_decimal_places": 2, "min_terms": 2, "max_terms": 3},
@@ -64,8 +76,27 @@ LADDERS: dict[str, tuple[dict[str, Any], ...]] = {
 }
 
 
+# The rung every node starts on and the judge's settings: the easiest rung before easier ones were added
+# below it, so held-out results stay comparable across versions.
+ENTRY_RUNG: dict[str, int] = {"basic_arithmetic": 1, "base_conversion": 1, "fraction_simplification": 2,
+                              "decimal_arithmetic": 2}
+
+
+def entry_rung(specialty: str) -> int:
+    return ENTRY_RUNG.get(specialty, 0)
+
+
+def entry_settings(specialty: str) -> dict[str, Any]:
+    """The entry rung's ReasoningGym settings (a copy)."""
+    return dict(LADDERS[specialty][entry_rung(specialty)])
+
+
 def _canonical(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+# A checkpoint's rungs are indices into these ladders: one saved under other ladders is not restored.
+LADDERS_ID = hashlib.sha256(_canonical({s: list(ladder) for s, ladder in LADDERS.items()}).encode()).hexdigest()[:16]
 
 
 _RUNG_INDEX = {(s, _canonical(c)): i for s, ladder in LADDERS.items() for i, c in enumerate(ladder)}
@@ -97,7 +128,7 @@ class CurriculumConfig:
     low: float = 0.25  # below this recent pass rate a specialty moves one rung down
     high: float = 0.65  # above it, one rung up
     window: int = 48  # recent own completions per specialty the pass rate is taken over
-    start_rung: int = 0  # where every specialty starts (clipped to its ladder)
+    start_rung: int = 0  # rungs above each specialty's entry rung where it starts (clipped to its ladder)
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -123,7 +154,8 @@ class Curriculum:
 
     def __init__(self, cfg: CurriculumConfig, specialties: list[str]) -> None:
         self.cfg = cfg
-        self.rungs = {s: min(cfg.start_rung, len(LADDERS[s]) - 1) for s in specialties if s in LADDERS}
+        self.rungs = {s: min(entry_rung(s) + cfg.start_rung, len(LADDERS[s]) - 1) for s in specialties
+                      if s in LADDERS}
         self._recent: dict[str, deque[float]] = {s: deque(maxlen=cfg.window) for s in self.rungs}
         self.moves = 0
 
@@ -159,12 +191,12 @@ class Curriculum:
 
     def state_dict(self) -> dict[str, Any]:
         return {"rungs": dict(self.rungs), "recent": {s: list(w) for s, w in self._recent.items()},
-                "moves": self.moves}
+                "moves": self.moves, "ladders": LADDERS_ID}
 
     def load_state(self, state: Any) -> None:
         """Restore from a checkpoint; unknown specialties and out-of-range rungs are ignored."""
-        if not isinstance(state, dict):
-            return
+        if not isinstance(state, dict) or state.get("ladders") != LADDERS_ID:
+            return  # garbage, or indices into other ladders: start again at the entry rungs
         rungs, recent = state.get("rungs"), state.get("recent")
         for s in self.rungs:
             if isinstance(rungs, dict) and isinstance(rungs.get(s), int) and 0 <= rungs[s] < len(LADDERS[s]):

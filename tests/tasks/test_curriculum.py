@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from engine.tasks import preset, regenerate, verify
-from engine.tasks.curriculum import LADDERS, Curriculum, CurriculumConfig, is_rung, next_rung, rung_of
+from engine.tasks.curriculum import (
+    ENTRY_RUNG,
+    LADDERS,
+    LADDERS_ID,
+    Curriculum,
+    CurriculumConfig,
+    entry_rung,
+    entry_settings,
+    is_rung,
+    next_rung,
+    rung_of,
+)
 from engine.tasks.reference import TaskRef
 
 
@@ -42,12 +53,15 @@ def test_next_rung_keeps_the_pass_rate_in_the_band(rate: float, rung: int, expec
 
 def test_curriculum_moves_on_a_full_window_and_judges_each_rung_afresh() -> None:
     cur = Curriculum(CurriculumConfig(enabled=True, window=16), ["basic_arithmetic", "calendar_arithmetic"])
-    assert cur.rungs == {"basic_arithmetic": 0, "calendar_arithmetic": 0}
+    entry = entry_rung("basic_arithmetic")
+    assert cur.rungs == {"basic_arithmetic": entry, "calendar_arithmetic": entry_rung("calendar_arithmetic")}
     assert cur.observe("basic_arithmetic", (1.0,) * 8) is None  # half a window: no verdict yet
-    assert cur.observe("basic_arithmetic", (1.0,) * 7 + (0.0,)) == 1  # 15/16 solved: up
+    assert cur.observe("basic_arithmetic", (1.0,) * 7 + (0.0,)) == entry + 1  # 15/16 solved: up
     assert cur.pass_rates()["basic_arithmetic"] == 0.0  # the new rung starts with an empty window
-    assert cur.observe("basic_arithmetic", (0.0,) * 16) == 0  # nothing solved: back down
+    assert cur.observe("basic_arithmetic", (0.0,) * 16) == entry  # nothing solved: back down
     assert cur.observe("basic_arithmetic", (1.0, 0.0) * 8) is None  # 0.5 is in the band: stays
+    assert cur.observe("basic_arithmetic", (0.0,) * 16) == entry - 1  # below the entry rung: easier still
+    assert cur.observe("basic_arithmetic", (0.0,) * 16) is None  # the easiest rung is the floor
     assert cur.observe("unknown", (1.0,) * 64) is None
     mix = cur.apply(preset("rl"))
     assert mix.specialties["basic_arithmetic"].config == LADDERS["basic_arithmetic"][0]
@@ -55,6 +69,33 @@ def test_curriculum_moves_on_a_full_window_and_judges_each_rung_afresh() -> None
     assert set(mix.specialties) == set(preset("rl").specialties)
     ref = mix.sample_refs(__import__("random").Random(1), 6, 3)[0]
     assert rung_of(ref.specialty, ref.config) is not None  # every group says its rung
+
+
+def test_entry_rungs_are_the_judges_settings_with_easier_rungs_below() -> None:
+    # The held-out judge (bench real-learning) uses the entry rungs: these were the easiest rungs before
+    # easier ones went in below them, so before/after numbers stay comparable across versions.
+    assert entry_settings("basic_arithmetic")["operators"] == ["+", "-"]
+    assert entry_settings("decimal_arithmetic")["max_num_decimal_places"] == 1
+    assert entry_settings("fraction_simplification")["max_factor"] == 3
+    assert entry_settings("base_conversion")["max_value"] == 10
+    for specialty, entry in ENTRY_RUNG.items():
+        assert 0 < entry < len(LADDERS[specialty]) - 1, specialty  # room to move either way
+    assert entry_rung("binary_matrix") == 0
+    cur = Curriculum(CurriculumConfig(enabled=True, start_rung=1), ["decimal_arithmetic", "binary_matrix"])
+    assert cur.rungs == {"decimal_arithmetic": entry_rung("decimal_arithmetic") + 1, "binary_matrix": 1}
+
+
+def test_a_checkpoint_under_other_ladders_is_not_restored() -> None:
+    cfg = CurriculumConfig(enabled=True, window=4)
+    cur = Curriculum(cfg, ["basic_arithmetic"])
+    cur.observe("basic_arithmetic", (1.0,) * 4)
+    state = cur.state_dict()
+    older = {k: v for k, v in state.items() if k != "ladders"}  # saved before the ladders had an id
+    again = Curriculum(cfg, ["basic_arithmetic"])
+    again.load_state(older)
+    assert again.rungs == {"basic_arithmetic": entry_rung("basic_arithmetic")}  # indices of other ladders
+    again.load_state(state)
+    assert again.rungs == cur.rungs
 
 
 def test_curriculum_state_round_trips_and_ignores_garbage() -> None:
@@ -65,7 +106,8 @@ def test_curriculum_state_round_trips_and_ignores_garbage() -> None:
     again = Curriculum(cfg, ["basic_arithmetic", "base_conversion"])
     again.load_state(cur.state_dict())
     assert again.state_dict() == cur.state_dict()
-    again.load_state({"rungs": {"basic_arithmetic": 999, "base_conversion": "x"}, "recent": {"base_conversion": [7]}})
+    again.load_state({"rungs": {"basic_arithmetic": 999, "base_conversion": "x"}, "recent": {"base_conversion": [7]},
+                      "ladders": LADDERS_ID})
     assert again.rungs == cur.rungs
     again.load_state(None)
 
