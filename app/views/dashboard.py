@@ -62,6 +62,12 @@ class _Curve:
         return True
 
 
+NO_ROUNDS_HINT = ("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
+                  "and past rounds reload from the engine's store.")
+CURRICULUM_TIP = ("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
+                  "A specialty moves up when its recent pass rate is high, down when low.")
+
+
 def curriculum_text(model: DashboardModel) -> str:
     """The Curriculum line: each specialty's rung (0 = its easiest setting), or "off"."""
     if not model.curriculum_active:
@@ -124,18 +130,15 @@ class DashboardView(QWidget):
             cards.addWidget(frame)
         layout.addLayout(cards)
 
-        self.hint = QLabel("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
-                           "and past rounds reload from the engine's store.")
-        self.hint.setProperty("role", "hint")
-        layout.addWidget(self.hint)
-        # One wrapped line rather than a card per specialty: a dozen specialties would crowd the cards.
-        self.curriculum = QLabel()
-        self.curriculum.setProperty("role", "hint")
-        self.curriculum.setWordWrap(True)
-        self.curriculum.setToolTip("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
-                                   "A specialty moves up when its recent pass rate is high, down when low.")
-        self.curriculum.setVisible(False)
-        layout.addWidget(self.curriculum)
+        # One line that speaks before the first round (how to start) and after it (each specialty's rung),
+        # at a fixed height: a label that appears, hides or rewraps would relayout the plots below it, and
+        # resizing every plot at once was the longest stall of a training session (the first round's).
+        self.status_line = QLabel(NO_ROUNDS_HINT)
+        self.status_line.setProperty("role", "hint")
+        self.status_line.setWordWrap(True)
+        self.status_line.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        self.status_line.setFixedHeight(2 * self.status_line.fontMetrics().lineSpacing() + 4)
+        layout.addWidget(self.status_line)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
@@ -194,7 +197,7 @@ class DashboardView(QWidget):
         self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
         self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
                      dashed={"format bonus weight": PLOT_COLORS[8]})
-        self._curriculum_text = ""
+        self._status_text = NO_ROUNDS_HINT
         self._seen_version = -1
         self._next_group = 0
 
@@ -258,12 +261,11 @@ class DashboardView(QWidget):
             return
         self._seen_version = model.version
         self._update_eval_note()
-        self.hint.setVisible(model.rounds == 0)
-        self.curriculum.setVisible(model.rounds > 0)  # the hint speaks until a round arrives
-        text = curriculum_text(model)
-        if text != self._curriculum_text:  # the rungs change every few rounds at most: relayout only then
-            self._curriculum_text = text
-            self.curriculum.setText(text)
+        text = curriculum_text(model) if model.rounds else NO_ROUNDS_HINT
+        if text != self._status_text:  # the rungs change every few rounds at most
+            self._status_text = text
+            self.status_line.setText(text)
+            self.status_line.setToolTip(CURRICULUM_TIP if model.rounds else "")
         self._set_card("reward_avg", model.latest("reward_avg"), "{:.3f}")
         self._set_card("cumulative", model.latest("cumulative"), "{:,.1f}")
         self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")
