@@ -111,12 +111,13 @@ def is_rung(specialty: str, config: dict[str, Any]) -> bool:
     return rung_of(specialty, config) is not None
 
 
-def next_rung(pass_rate: float, rung: int, n_rungs: int, low: float, high: float) -> int:
-    """Keep the pass rate in [low, high]: one rung up above `high`, one down below `low`, bounded."""
+def next_rung(pass_rate: float, rung: int, n_rungs: int, low: float, high: float, lowest: int = 0) -> int:
+    """Keep the pass rate in [low, high]: one rung up above `high`, one down below `low`, within
+    [lowest, n_rungs - 1]."""
     if pass_rate > high:
         return min(rung + 1, n_rungs - 1)
     if pass_rate < low:
-        return max(rung - 1, 0)
+        return max(rung - 1, lowest)
     return rung
 
 
@@ -129,10 +130,12 @@ class CurriculumConfig:
     high: float = 0.65  # above it, one rung up
     window: int = 48  # recent own completions per specialty the pass rate is taken over
     start_rung: int = 0  # rungs above each specialty's entry rung where it starts (clipped to its ladder)
+    below_entry: bool = True  # may move below the entry rung onto easier settings (off: the entry rung is the floor)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError("curriculum.enabled must be a boolean")  # noqa: TRY004 - config convention
+        for name in ("enabled", "below_entry"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"curriculum.{name} must be a boolean")  # noqa: TRY004 - config convention
         for name in ("low", "high"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -178,7 +181,8 @@ class Curriculum:
         if len(window) < window.maxlen:  # type: ignore[operator]
             return None
         rung = self.rungs[specialty]
-        new = next_rung(sum(window) / len(window), rung, len(LADDERS[specialty]), self.cfg.low, self.cfg.high)
+        lowest = 0 if self.cfg.below_entry else min(entry_rung(specialty), rung)
+        new = next_rung(sum(window) / len(window), rung, len(LADDERS[specialty]), self.cfg.low, self.cfg.high, lowest)
         if new == rung:
             return None
         self.rungs[specialty] = new

@@ -85,6 +85,12 @@ def test_entry_rungs_are_the_judges_settings_with_easier_rungs_below() -> None:
     assert cur.rungs == {"decimal_arithmetic": entry_rung("decimal_arithmetic") + 1, "binary_matrix": 1}
 
 
+def test_the_entry_rung_can_be_the_floor() -> None:
+    cur = Curriculum(CurriculumConfig(enabled=True, window=4, below_entry=False), ["fraction_simplification"])
+    assert cur.observe("fraction_simplification", (0.0,) * 4) is None  # all wrong, yet it stays
+    assert cur.rungs["fraction_simplification"] == entry_rung("fraction_simplification")
+
+
 def test_a_checkpoint_under_other_ladders_is_not_restored() -> None:
     cfg = CurriculumConfig(enabled=True, window=4)
     cur = Curriculum(cfg, ["basic_arithmetic"])
@@ -119,6 +125,7 @@ def test_disabled_curriculum_leaves_the_mix_alone() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"low": 0.7, "high": 0.6}, {"low": -0.1}, {"window": 1}, {"enabled": 1},
+                                 {"below_entry": "no"},
                                  {"high": float("nan")}])
 def test_curriculum_config_is_validated(bad: dict) -> None:
     with pytest.raises(ValueError):
