@@ -196,3 +196,18 @@ class EngineBridge(QObject):
             log.warning("machine report unavailable: %s", exc.message)
             return
         self._inbox.append(LinkChange(True, snapshot={"machine": machine}))
+
+
+@dataclass(eq=False)
+class EngineSession:
+    """An engine the window keeps a link to: the bridge, the Qt-free models it feeds, and the calls in
+    flight for it. The window's own engine (`home`) is kept for the window's life (its tray, its exit);
+    another fleet engine only while it is shown."""
+
+    name: str
+    bridge: EngineBridge
+    model: Any  # app.models.AppModel (imported by the window: the bridge stays free of the models)
+    home: bool = False
+    busy: bool = False  # a join/leave call is in flight
+    status_calls: int = 0  # status refreshes in flight (header identity)
+    status_stale: bool = False  # asked again while one was in flight

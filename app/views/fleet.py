@@ -2,15 +2,13 @@
 
 This window's engine is always the first row; others are added by URL and token (kept in the fleet
 file, readable by this user only). The polling and the alert rules live in `engine.fleet`; this view
-only draws their reports, offers add / remove / open, and hands alerts to the window.
+only draws their reports, offers add / remove / show, and hands alerts to the window, which
+shows a chosen engine's dashboard in place.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +79,7 @@ class FleetView(QWidget):
     """`local` gives this window's engine entry (None while unknown); `fleet_file` the saved others."""
 
     show_local_requested = Signal()
+    show_engine_requested = Signal(object)  # a FleetEntry: show that engine in this window
 
     def __init__(self, poller: FleetPoller, local: Callable[[], FleetEntry | None], fleet_file: Path,
                  parent: QWidget | None = None) -> None:
@@ -93,7 +92,6 @@ class FleetView(QWidget):
             self.saved, load_error = [], str(exc)
         self._local_entry: FleetEntry | None = None
         self._last_local = 0.0
-        self.opened: list[subprocess.Popen[bytes]] = []  # dashboards of other engines started from here
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
         self.summary = QLabel(load_error)
@@ -112,7 +110,7 @@ class FleetView(QWidget):
         buttons = QHBoxLayout()
         self.add_button = QPushButton("Add engine…")
         self.remove_button = QPushButton("Remove")
-        self.open_button = QPushButton("Open dashboard")
+        self.open_button = QPushButton("Show dashboard")
         self.add_button.clicked.connect(self.add_dialog)
         self.remove_button.clicked.connect(self.remove_selected)
         self.open_button.clicked.connect(lambda: self.open_row(self.table.currentRow()))
@@ -151,17 +149,15 @@ class FleetView(QWidget):
             self.refresh()
 
     def open_row(self, row: int) -> None:
-        """This window's engine: its dashboard here; another: a window of its own (`sapo gui --engine`)."""
+        """Show that engine's dashboard in this window (this window's own, or another, switched in place)."""
         entries = self.entries()
         if not 0 <= row < len(entries):
             return
         entry = entries[row]
         if entry is self._local_entry:
             self.show_local_requested.emit()
-            return
-        env = {**os.environ, "SAPO_CONTROL_TOKEN": entry.token}  # not on the command line (ps shows that)
-        self.opened.append(subprocess.Popen([sys.executable, "-m", "engine", "gui", "--engine", entry.url],
-                                            env=env))
+        else:
+            self.show_engine_requested.emit(entry)
 
     # --- the timer -------------------------------------------------------------------------------
     def tick(self) -> list[str]:
@@ -195,7 +191,7 @@ class FleetView(QWidget):
         up = sum(r.reachable for r in reports)
         self.summary.setText(f"<b>{up}</b> of {len(reports)} engine{'s' if len(reports) != 1 else ''} answering. "
                              "A desktop notification says when one stops training, goes silent or crashes. "
-                             "Double-click a row to open its dashboard.")
+                             "Double-click a row to show its dashboard here.")
 
     @staticmethod
     def _cells(r: EngineReport, now: float) -> tuple[str, ...]:

@@ -12,27 +12,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
     QMainWindow,
-    QPushButton,
     QSystemTrayIcon,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from app.bridge import EngineBridge, LinkChange
+from app.bridge import EngineBridge, EngineSession, LinkChange
 from app.models import AppModel
-from app.theme import STATE_COLORS, app_icon, dot
+from app.theme import app_icon
 from app.tray import TrayIcon
 from app.views.dashboard import DashboardView
-from app.views.fleet import FleetView, local_entry
+from app.views.fleet import LOCAL_NAME, FleetView, local_entry
+from app.views.header import Header
 from app.views.log import LogView
 from app.views.machine import MachineView, progress_text, short_model_name
 from app.views.peers import PeersView
@@ -40,7 +37,7 @@ from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
 from engine.control.api import ModelProgress
 from engine.events import StateChanged
-from engine.fleet import FleetPoller
+from engine.fleet import FleetEntry, FleetPoller
 from engine.paths import fleet_file as default_fleet_file
 from engine.supervisor import read_last_crash
 
@@ -48,18 +45,24 @@ SWARM_POLL_S = 2.0  # status polls while the Peers tab is shown (refused/dropped
 MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stalls the event loop
 
 
+PER_ENGINE_TABS = (("dashboard", "Dashboard"), ("rollouts", "Shared rollouts"), ("peers", "Peers"),
+                   ("machine", "Machine"), ("settings", "Settings"), ("log_view", "Log"))
+FLEET_TAB_INDEX = 3  # after Peers: the one tab that is the same whichever engine is shown
+
+
 class MainWindow(QMainWindow):
+    """Shows one engine at a time: this window's own (`home`, always linked: its tray, its exit) or
+    another engine of the fleet, switched to in place from the Fleet tab. The header's buttons and
+    the tabs act on the engine shown; the tray always on this machine's."""
+
     def __init__(self, bridge: EngineBridge, model: AppModel | None = None, *, refresh_ms: int = 250,
                  stop_engine: Callable[[], None] | None = None, use_tray: bool = True,
                  fleet_file: Path | None = None) -> None:
         super().__init__()
-        self.bridge = bridge
-        self.model = model or AppModel()
+        self.home = EngineSession(LOCAL_NAME, bridge, model or AppModel(), home=True)
+        self.session = self.home
         self._stop_engine = stop_engine  # set when this app started the engine process
         self._quitting = False
-        self._busy = False  # a join/leave call is in flight
-        self._status_calls = 0  # status refreshes in flight (header identity)
-        self._status_stale = False  # asked again while one was in flight
         self._swarm_polled = 0.0  # last status poll for the Peers tab's swarm counters
         self._told_about_tray = False
         self.setWindowTitle("SAPO Swarm")
@@ -70,45 +73,42 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
-        layout.addWidget(self._build_header())
+        self.header = Header()
+        h = self.header
+        self.subtitle, self.state_dot, self.state_label, self.state_detail = \
+            h.subtitle, h.state_dot, h.state_label, h.state_detail
+        self.crash_note, self.stats = h.crash_note, h.stats
+        self.pause_button, self.resume_button, self.join_button = h.pause_button, h.resume_button, h.join_button
+        h.pause_button.clicked.connect(lambda: self.pause_after_round())
+        h.resume_button.clicked.connect(lambda: self.resume())
+        h.join_button.clicked.connect(lambda: self.toggle_join())
+        h.home_button.clicked.connect(self.show_home)
+        layout.addWidget(h)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        m = self.model
-        self.dashboard = DashboardView(m.dashboard)
-        self.rollouts = RolloutsView(m.feed)
-        self.peers = PeersView(m.peers, m.feed)
-        self.machine = MachineView()
-        self.settings = SettingsView()
-        self.log_view = LogView(m.log)
         self.fleet_poller = FleetPoller()
         provider = getattr(bridge, "token", None)
         self.fleet = FleetView(self.fleet_poller, lambda: local_entry(bridge.url, provider) if provider else None,
                                fleet_file or default_fleet_file())
-        self.fleet.show_local_requested.connect(lambda: self.tabs.setCurrentWidget(self.dashboard))
-        for view, name in ((self.dashboard, "Dashboard"), (self.rollouts, "Shared rollouts"), (self.peers, "Peers"),
-                           (self.fleet, "Fleet"), (self.machine, "Machine"), (self.settings, "Settings"),
-                           (self.log_view, "Log")):
-            self.tabs.addTab(view, name)
+        self.fleet.show_local_requested.connect(self.show_home)
+        self.fleet.show_engine_requested.connect(self.show_engine)
+        self._build_views(self.model)
+        for name, title in PER_ENGINE_TABS:
+            self.tabs.addTab(getattr(self, name), title)
+        self.tabs.insertTab(FLEET_TAB_INDEX, self.fleet, "Fleet")
         self.tabs.currentChanged.connect(lambda _: self._refresh_views())
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
         self.statusBar().showMessage(f"Connecting to the engine at {bridge.url}…")
 
-        self.settings.apply_requested.connect(self._apply_settings)
-        self.settings.pause_after_round_requested.connect(self.pause_after_round)
-        self.settings.snooze_requested.connect(self.snooze)
-        self.settings.resume_requested.connect(self.resume)
-        self.machine.refresh_requested.connect(self._fetch_machine)
-        self.machine.switch_requested.connect(self._switch_model)
-
         self.tray: TrayIcon | None = None
         if use_tray and QSystemTrayIcon.isSystemTrayAvailable():
             self.tray = TrayIcon(self)
             self.tray.show_action.triggered.connect(self.show_normal)
-            self.tray.join_action.triggered.connect(self.toggle_join)
-            self.tray.pause_action.triggered.connect(self.pause_after_round)
-            self.tray.resume_action.triggered.connect(self.resume)
-            self.tray.snooze_action.triggered.connect(lambda: self.snooze(3600.0))
+            self.tray.join_action.triggered.connect(lambda: self.toggle_join(self.home))
+            self.tray.pause_action.triggered.connect(lambda: self.pause_after_round(self.home))
+            self.tray.resume_action.triggered.connect(lambda: self.resume(self.home))
+            self.tray.snooze_action.triggered.connect(lambda: self.snooze(3600.0, self.home))
             self.tray.quit_action.triggered.connect(self.quit_app)
             self.tray.activated.connect(self._tray_activated)
             self.tray.show()
@@ -121,87 +121,87 @@ class MainWindow(QMainWindow):
         self.fleet_poller.start()
         self._update_header()
 
-    # --- layout ----------------------------------------------------------------------------------
-    def _build_header(self) -> QFrame:
-        header = QFrame()
-        header.setObjectName("header")
-        row = QHBoxLayout(header)
-        row.setContentsMargins(18, 12, 18, 12)
-        icon = QLabel()
-        icon.setPixmap(app_icon().pixmap(44, 44))
-        row.addWidget(icon)
-        titles = QVBoxLayout()
-        title = QLabel("SAPO Swarm")
-        title.setObjectName("title")
-        self.subtitle = QLabel("")
-        self.subtitle.setObjectName("subtitle")
-        titles.addWidget(title)
-        titles.addWidget(self.subtitle)
-        row.addLayout(titles)
-        row.addSpacing(16)
+    @property
+    def bridge(self) -> EngineBridge:
+        """The link to the engine shown."""
+        return self.session.bridge
 
-        state_box = QVBoxLayout()
-        state_row = QHBoxLayout()
-        self.state_dot = QLabel()
-        self.state_label = QLabel()
-        self.state_label.setObjectName("stateLabel")
-        state_row.addWidget(self.state_dot)
-        state_row.addWidget(self.state_label)
-        state_row.addStretch(1)
-        self.state_detail = QLabel()
-        self.state_detail.setObjectName("stateDetail")
-        self.crash_note = QLabel()
-        self.crash_note.setObjectName("crashNote")
-        self.crash_note.setWordWrap(True)
-        self.crash_note.setStyleSheet("color: #b45309")
-        self.crash_note.setToolTip("From the engine's supervisor (logs/last_crash.json in the data dir)")
-        state_box.addLayout(state_row)
-        state_box.addWidget(self.state_detail)
-        state_box.addWidget(self.crash_note)
-        row.addLayout(state_box, 1)
+    @property
+    def model(self) -> AppModel:
+        """The models of the engine shown."""
+        return self.session.model  # type: ignore[no-any-return]
 
-        self.stats: dict[str, QLabel] = {}
-        for key, name in (("peers", "peers"), ("round", "round"), ("policy_version", "policy version"),
-                          ("model", "model")):
-            box = QVBoxLayout()
-            value = QLabel("–")
-            value.setProperty("role", "statValue")
-            value.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            label = QLabel(name)
-            label.setProperty("role", "stat")
-            label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            box.addWidget(value)
-            box.addWidget(label)
-            self.stats[key] = value
-            row.addLayout(box)
-            row.addSpacing(8)
+    def _build_views(self, m: AppModel) -> None:
+        """The per-engine tabs, drawing `m`; built again when another engine is shown."""
+        self.dashboard = DashboardView(m.dashboard)
+        self.rollouts = RolloutsView(m.feed)
+        self.peers = PeersView(m.peers, m.feed)
+        self.machine = MachineView()
+        self.settings = SettingsView()
+        self.log_view = LogView(m.log)
+        self.settings.apply_requested.connect(self._apply_settings)
+        self.settings.pause_after_round_requested.connect(lambda: self.pause_after_round())
+        self.settings.snooze_requested.connect(lambda seconds: self.snooze(seconds))
+        self.settings.resume_requested.connect(lambda: self.resume())
+        self.machine.refresh_requested.connect(self._fetch_machine)
+        self.machine.switch_requested.connect(self._switch_model)
 
-        self.pause_button = QPushButton("Pause after this round")
-        self.pause_button.clicked.connect(self.pause_after_round)
-        self.resume_button = QPushButton("Resume")
-        self.resume_button.clicked.connect(self.resume)
-        row.addWidget(self.pause_button)
-        row.addWidget(self.resume_button)
-        self.join_button = QPushButton("Join the swarm")
-        self.join_button.setObjectName("joinButton")
-        self.join_button.setMinimumHeight(52)
-        self.join_button.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.join_button.clicked.connect(self.toggle_join)
-        row.addWidget(self.join_button)
-        return header
+    # --- which engine is shown -------------------------------------------------------------------
+    def show_home(self) -> None:
+        """This machine's engine, on its dashboard."""
+        self._show_session(self.home)
+
+    def show_engine(self, entry: FleetEntry) -> None:
+        """Another engine of the fleet, in place: its own link and models, the same tabs."""
+        if not self.session.home and self.session.bridge.url == entry.url:
+            self.tabs.setCurrentWidget(self.dashboard)
+            return
+        bridge = EngineBridge(entry.url, lambda: entry.token, reconnect_s=self.home.bridge._reconnect_s)
+        bridge.start()
+        self._show_session(EngineSession(entry.name, bridge, AppModel()))
+        self.statusBar().showMessage(f"Connecting to {entry.name} at {entry.url}…")
+
+    def _show_session(self, session: EngineSession) -> None:
+        if session is not self.session:
+            old = self.session
+            if not old.home:
+                old.bridge.stop()  # another engine is linked only while shown
+            self.session = session
+            olds = [getattr(self, name) for name, _ in PER_ENGINE_TABS]
+            current = self.tabs.currentIndex()
+            self.tabs.blockSignals(True)
+            self._build_views(session.model)
+            for view, (name, title) in zip(olds, PER_ENGINE_TABS):
+                index = self.tabs.indexOf(view)
+                self.tabs.removeTab(index)
+                self.tabs.insertTab(index, getattr(self, name), title)
+                view.deleteLater()
+            self.tabs.setCurrentIndex(current)
+            self.tabs.blockSignals(False)
+            m = session.model
+            if m.settings:
+                self.settings.show_settings(m.settings)
+            if m.machine:
+                self.machine.show_machine(m.machine)
+            self.log_view._rerender()  # everything this engine said so far
+            self.dashboard.refresh(full=True)
+            self.setWindowTitle("SAPO Swarm" if session.home else f"SAPO Swarm — {session.name}")
+        self.tabs.setCurrentWidget(self.dashboard)
+        self._update_header()
 
     # --- the timer: inbox -> models -> visible views -------------------------------------------------
     def tick(self) -> None:
         self.ticks += 1
-        identity_changed = False
-        for item in self.bridge.take(MAX_ITEMS_PER_TICK):  # the rest waits for the next tick, in order
-            if isinstance(item, LinkChange):
-                self._link_change(item)
-            else:
-                self.model.apply(item)
-                identity_changed |= isinstance(item, (StateChanged, ModelProgress))
-        if identity_changed:
-            self.refresh_status()
+        for session in {id(s): s for s in (self.home, self.session)}.values():  # home stays current
+            identity_changed = False
+            for item in session.bridge.take(MAX_ITEMS_PER_TICK):  # the rest waits for the next tick, in order
+                if isinstance(item, LinkChange):
+                    self._link_change(session, item)
+                else:
+                    session.model.apply(item)
+                    identity_changed |= isinstance(item, (StateChanged, ModelProgress))
+            if identity_changed:
+                self.refresh_status(session)
         self._update_header()
         self._refresh_views()
 
@@ -217,165 +217,160 @@ class MainWindow(QMainWindow):
         self.machine.show_progress(self.model.progress)
         self.dashboard.set_eval_every(self.model.node.eval_every)
         for alert in self.fleet.tick():  # an engine of the fleet stopped, went silent or crashed
-            self.model.log.add("warning", alert)
+            self.home.model.log.add("warning", alert)
             self.statusBar().showMessage(alert, 15000)
             if self.tray is not None:
                 self.tray.showMessage("SAPO Swarm", alert, QSystemTrayIcon.MessageIcon.Warning, 10000)
         if self.tray is not None:
-            self.tray.update_from(self.model.node)
+            self.tray.update_from(self.home.model.node)
 
-    def _link_change(self, change: LinkChange) -> None:
-        node = self.model.node
+    def _link_change(self, session: EngineSession, change: LinkChange) -> None:
+        """Into `session`'s models always; into the views only when it is the engine shown."""
+        model, node, shown = session.model, session.model.node, session is self.session
+        url = session.bridge.url
         if change.up and change.snapshot is not None:
             snap = change.snapshot
             if "status" in snap:
                 node.connected = True
-                node.engine_url = self.bridge.url
+                node.engine_url = url
                 if isinstance(snap["status"], dict):
                     node.apply_status(snap["status"])
-                    self.model.peers.apply_status(snap["status"])
-                self.model.load_history(snap.get("history"))
+                    model.peers.apply_status(snap["status"])
+                model.load_history(snap.get("history"))
                 if isinstance(snap.get("settings"), dict):
-                    self.model.settings = snap["settings"]
-                    self.settings.show_settings(snap["settings"])
-                self.statusBar().showMessage(f"Connected to the engine at {self.bridge.url}")
-                self.model.log.add("info", f"connected to the engine at {self.bridge.url}")
+                    model.settings = snap["settings"]
+                    if shown:
+                        self.settings.show_settings(snap["settings"])
+                if shown:
+                    self.statusBar().showMessage(f"Connected to the engine at {url}")
+                model.log.add("info", f"connected to the engine at {url}")
             if isinstance(snap.get("machine"), dict):
-                self.model.machine = snap["machine"]
-                self.machine.show_machine(snap["machine"])
-                sensors = snap["machine"].get("device", {}).get("temperature_sensors") \
-                    if isinstance(snap["machine"].get("device"), dict) else None
-                self.settings.set_temperature_supported(sensors is not False)
+                model.machine = snap["machine"]
+                if shown:
+                    self.machine.show_machine(snap["machine"])
+                    sensors = snap["machine"].get("device", {}).get("temperature_sensors") \
+                        if isinstance(snap["machine"].get("device"), dict) else None
+                    self.settings.set_temperature_supported(sensors is not False)
             return
         if not change.up:
             was = node.connected
             node.connected = False
-            if node.data_dir:  # a local engine's supervisor writes why it died before it restarts it
+            if node.data_dir and session.home:  # a local engine's supervisor writes why it died before a restart
                 node.last_crash = read_last_crash(Path(node.data_dir)) or node.last_crash
             node.version += 1
             if was or change.fatal:
-                self.model.log.add("warning", f"engine link lost: {change.reason}")
-            hint = "" if change.fatal else " Retrying…"
-            self.statusBar().showMessage(f"Not connected: {change.reason}.{hint}")
+                model.log.add("warning", f"engine link lost: {change.reason}")
+            if shown:
+                hint = "" if change.fatal else " Retrying…"
+                self.statusBar().showMessage(f"Not connected: {change.reason}.{hint}")
 
     def _update_header(self) -> None:
         node = self.model.node
-        state = node.state if node.connected else "disconnected"
-        self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
-        self.state_label.setText(node.label if node.connected else "Engine not connected")
-        self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
-        self.state_detail.setText(node.detail if node.connected else "The app reconnects by itself.")
-        note = node.crash_note()
-        self.crash_note.setText(note)
-        self.crash_note.setVisible(bool(note))
-        self.subtitle.setText(" · ".join(p for p in (node.peer_name, node.device.upper(), node.backend) if p))
-        self.stats["peers"].setText(str(node.peers))
-        self.stats["round"].setText(f"{node.round:,}")
-        self.stats["policy_version"].setText(f"v{node.policy_version:,}")
-        self.stats["model"].setText(short_model_name(node.model) or "–")
-        self.stats["model"].setToolTip(node.model)
-        join_mode = node.state == "stopped"
-        self.join_button.setText("Join the swarm" if join_mode else
-                                 "Leaving…" if node.state == "leaving" else "Leave the swarm")
-        if self.join_button.property("leave") != (not join_mode):
-            self.join_button.setProperty("leave", not join_mode)
-            self.join_button.style().polish(self.join_button)
-        self.join_button.setEnabled(node.connected and not self._busy and node.state != "leaving")
-        self.pause_button.setVisible(node.state in ("solo", "in_swarm", "joining"))
-        self.pause_button.setEnabled(node.connected)
-        self.resume_button.setVisible(node.state in ("paused", "pausing"))
+        self.header.show_node(node, self.session.busy, "" if self.session.home else self.session.name)
         self.machine.set_current_model(node.model, node.connected and node.state in ("stopped", "paused"))
 
-    def refresh_status(self) -> None:
+    def refresh_status(self, session: EngineSession | None = None) -> None:
         """The header's model, device and backend change when a join loads the model or a model
         switch lands; events don't carry them, so ask for the status (one call in flight at most)."""
-        if not self.model.node.connected:
+        s = session or self.session
+        if not s.model.node.connected:
             return
-        if self._status_calls:
-            self._status_stale = True
+        if s.status_calls:
+            s.status_stale = True
             return
-        self._status_calls += 1
+        s.status_calls += 1
 
         def reply(result: Any, _error: str | None) -> None:
-            self._status_calls -= 1
+            s.status_calls -= 1
             if isinstance(result, dict):
-                self.model.node.apply_identity(result)
-                self.model.peers.apply_status(result)
+                s.model.node.apply_identity(result)
+                s.model.peers.apply_status(result)
                 self._update_header()
-            if self._status_stale:
-                self._status_stale = False
-                self.refresh_status()
-        self.bridge.call("status", None, reply)
+            if s.status_stale:
+                s.status_stale = False
+                self.refresh_status(s)
+        s.bridge.call("status", None, reply)
 
-    # --- actions (all non-blocking) -----------------------------------------------------------------
+    # --- actions (all non-blocking; on the engine shown unless told which) ----------------------------
     def _call(self, method: str, params: dict[str, Any] | None = None,
-              done: Callable[[Any], None] | None = None) -> None:
+              done: Callable[[Any], None] | None = None, session: EngineSession | None = None) -> None:
+        s = session or self.session
+
         def reply(result: Any, error: str | None) -> None:
             if error is not None:
-                self.model.log.add("error", f"{method} failed: {error}")
+                s.model.log.add("error", f"{method} failed: {error}")
                 self.statusBar().showMessage(f"{method} failed: {error}", 10_000)
             elif done is not None:
                 done(result)
-        self.bridge.call(method, params, reply)
+        s.bridge.call(method, params, reply)
 
-    def toggle_join(self) -> None:
-        node = self.model.node
-        if not node.connected or self._busy:
+    def toggle_join(self, session: EngineSession | None = None) -> None:
+        s = session or self.session
+        node = s.model.node
+        if not node.connected or s.busy:
             return
         method = "join" if node.state == "stopped" else "leave"
-        self._busy = True
+        s.busy = True
         self._update_header()
 
         def reply(_result: Any, error: str | None) -> None:
-            self._busy = False
+            s.busy = False
             if error is not None:
-                self.model.log.add("error", f"{method} failed: {error}")
+                s.model.log.add("error", f"{method} failed: {error}")
                 self.statusBar().showMessage(f"Could not {method}: {error}", 10_000)
             self._update_header()
-        self.bridge.call(method, None, reply)
+        s.bridge.call(method, None, reply)
 
-    def pause_after_round(self) -> None:
-        self._call("pause", {"after_round": True})
+    def pause_after_round(self, session: EngineSession | None = None) -> None:
+        self._call("pause", {"after_round": True}, session=session)
 
-    def resume(self) -> None:
-        self._call("resume")
+    def resume(self, session: EngineSession | None = None) -> None:
+        self._call("resume", session=session)
 
-    def snooze(self, seconds: float) -> None:
-        self._call("snooze", {"seconds": seconds}, lambda _: self._call("get_settings", None,
-                                                                         self.settings.show_settings))
+    def snooze(self, seconds: float, session: EngineSession | None = None) -> None:
+        s = session or self.session
+
+        def shown_settings(result: Any) -> None:
+            if s is self.session:
+                self.settings.show_settings(result)
+        self._call("snooze", {"seconds": seconds}, lambda _: self._call("get_settings", None, shown_settings, s), s)
 
     def _apply_settings(self, changes: dict[str, Any]) -> None:
+        s, view = self.session, self.settings
+
         def reply(result: Any, error: str | None) -> None:
             if error is not None:
-                self.settings.show_error(f"Not applied: {error}")
+                view.show_error(f"Not applied: {error}")
                 return
             if isinstance(result, dict):
-                self.model.settings = result
-                self.settings.show_settings(result)
-            self.settings.show_info(f"Saved at {time.strftime('%H:%M:%S')}.")
-        self.bridge.call("update_settings", {"changes": changes}, reply)
+                s.model.settings = result
+                view.show_settings(result)
+            view.show_info(f"Saved at {time.strftime('%H:%M:%S')}.")
+        s.bridge.call("update_settings", {"changes": changes}, reply)
 
     def _fetch_machine(self) -> None:
-        self.machine.show_message("Checking…")
+        s, view = self.session, self.machine
+        view.show_message("Checking…")
 
         def done(result: Any) -> None:
             if isinstance(result, dict):
-                self.model.machine = result
-                self.machine.show_machine(result)
-                self.machine.show_message("")
-        self._call("machine", None, done)
+                s.model.machine = result
+                view.show_machine(result)
+                view.show_message("")
+        self._call("machine", None, done, s)
 
     def _switch_model(self, model_id: str) -> None:
         name = short_model_name(model_id)
+        s, view = self.session, self.machine
 
         def reply(_result: Any, error: str | None) -> None:  # the same words as the progress events
             if error is not None:
-                self.machine.show_message(progress_text(ModelProgress(model_id, "error", 0, 0, error)), error=True)
+                view.show_message(progress_text(ModelProgress(model_id, "error", 0, 0, error)), error=True)
                 return
-            self.machine.show_message(progress_text(ModelProgress(model_id, "ready", 1, 1)))
-            self.refresh_status()
-        self.machine.show_message(f"Switching to {name}…")
-        self.bridge.call("select_model", {"model_id": model_id}, reply)
+            view.show_message(progress_text(ModelProgress(model_id, "ready", 1, 1)))
+            self.refresh_status(s)
+        view.show_message(f"Switching to {name}…")
+        s.bridge.call("select_model", {"model_id": model_id}, reply)
 
     # --- window and app lifetime ---------------------------------------------------------------------
     def showEvent(self, event: QShowEvent) -> None:
@@ -412,12 +407,15 @@ class MainWindow(QMainWindow):
         """Stop the timer and the bridge; stop the engine too unless it should keep contributing."""
         self._quitting = True
         self.timer.stop()
-        keep = bool(self.model.settings.get("keep_running_on_close", True))
-        if not keep and self.model.node.connected:
-            error = self.bridge.call_at_exit("shutdown")
+        home = self.home
+        keep = bool(home.model.settings.get("keep_running_on_close", True))
+        if not keep and home.model.node.connected:
+            error = home.bridge.call_at_exit("shutdown")
             if error is not None and self._stop_engine is not None:
                 self._stop_engine()  # SIGTERM to the child we started: it checkpoints and says bye
-        self.bridge.stop()
+        if not self.session.home:
+            self.session.bridge.stop()
+        home.bridge.stop()
         self.fleet_poller.stop()
         if self.tray is not None:
             self.tray.hide()

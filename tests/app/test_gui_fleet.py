@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from conftest import EngineThread, free_port
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from engine.fleet import FleetEntry, FleetPoller
@@ -79,3 +80,58 @@ def test_the_fleet_tab_lists_this_engine_and_an_added_one_and_raises_their_alert
         assert win.tabs.currentWidget() is win.dashboard
     finally:
         win.shutdown()
+
+
+def test_a_fleet_engine_is_shown_in_place_and_acted_on_then_back_to_this_one(
+        qtbot: QtBot, engine: EngineThread, node_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from app.bridge import EngineBridge
+    from app.views.main_window import MainWindow
+
+    box_dir = tmp_path / "box"
+    box_dir.mkdir()
+    box = EngineThread(node_factory, box_dir)  # another machine's engine, reached by URL and token
+    win = None
+    try:
+        box.run(box.node.join())
+        _wait(lambda: box.status()["round"] >= 3)
+        box.run(box.node.leave(), timeout=120)
+        trained = box.status()["round"]
+
+        bridge = EngineBridge(engine.url, lambda: engine.token, reconnect_s=0.1)
+        win = MainWindow(bridge, refresh_ms=50, use_tray=False, fleet_file=tmp_path / "fleet.json")
+        win.fleet_poller.poll_s = 0.2
+        qtbot.addWidget(win)
+        bridge.start()
+        win.show()
+        home = win.home
+        qtbot.waitUntil(lambda: home.model.node.connected and home.model.node.state == "stopped", timeout=30_000)
+        win.fleet.add(FleetEntry("box", box.url, box.token))
+        win.tabs.setCurrentWidget(win.fleet)
+        qtbot.waitUntil(lambda: win.fleet.table.rowCount() == 2, timeout=30_000)
+        home_dashboard = win.dashboard
+
+        win.fleet.open_row(1)  # the double-click: that engine's dashboard, in this window
+        assert win.tabs.currentWidget() is win.dashboard and win.dashboard is not home_dashboard
+        qtbot.waitUntil(lambda: win.model.node.connected and win.model.dashboard.rounds == trained, timeout=30_000)
+        assert win.session is not home and win.bridge.url == box.url
+        qtbot.waitUntil(lambda: win.stats["round"].text() == f"{trained:,}", timeout=10_000)
+        assert win.header.subtitle.text().startswith("Showing box") and win.header.home_button.isVisible()
+        assert "box" in win.windowTitle()
+        assert win.tabs.indexOf(win.fleet) == 3 and win.tabs.count() == 7  # the same tabs, the fleet kept
+
+        qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)  # acts on the engine shown
+        _wait(lambda: box.status()["round"] > trained)
+        assert engine.status()["state"] == "stopped" and home.model.node.state == "stopped"
+        qtbot.waitUntil(lambda: win.model.dashboard.rounds > trained, timeout=30_000)  # live, not only history
+        qtbot.waitUntil(lambda: win.join_button.isEnabled() and "Leave" in win.join_button.text(), timeout=30_000)
+        qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)
+        _wait(lambda: box.status()["state"] == "stopped", timeout_s=120)
+
+        qtbot.mouseClick(win.header.home_button, Qt.MouseButton.LeftButton)
+        assert win.session is home and win.bridge.url == engine.url and win.windowTitle() == "SAPO Swarm"
+        assert not win.header.home_button.isVisible() and win.model.dashboard.rounds == 0
+        qtbot.waitUntil(lambda: win.stats["round"].text() == "0", timeout=10_000)
+    finally:
+        if win is not None:
+            win.shutdown()
+        box.close()

@@ -1,0 +1,110 @@
+"""The window's header: the engine shown (name, device, backend), its state and why it last crashed,
+its numbers, and the Pause / Resume / Join-or-Leave buttons. It only draws; the window wires the buttons."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+
+from app.models.node import NodeModel
+from app.theme import STATE_COLORS, app_icon, dot
+from app.views.machine import short_model_name
+
+
+class Header(QFrame):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("header")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(18, 12, 18, 12)
+        icon = QLabel()
+        icon.setPixmap(app_icon().pixmap(44, 44))
+        row.addWidget(icon)
+        titles = QVBoxLayout()
+        title = QLabel("SAPO Swarm")
+        title.setObjectName("title")
+        self.subtitle = QLabel("")
+        self.subtitle.setObjectName("subtitle")
+        titles.addWidget(title)
+        titles.addWidget(self.subtitle)
+        row.addLayout(titles)
+        row.addSpacing(16)
+
+        state_box = QVBoxLayout()
+        state_row = QHBoxLayout()
+        self.state_dot = QLabel()
+        self.state_label = QLabel()
+        self.state_label.setObjectName("stateLabel")
+        state_row.addWidget(self.state_dot)
+        state_row.addWidget(self.state_label)
+        state_row.addStretch(1)
+        self.state_detail = QLabel()
+        self.state_detail.setObjectName("stateDetail")
+        self.crash_note = QLabel()
+        self.crash_note.setObjectName("crashNote")
+        self.crash_note.setWordWrap(True)
+        self.crash_note.setStyleSheet("color: #b45309")
+        self.crash_note.setToolTip("From the engine's supervisor (logs/last_crash.json in the data dir)")
+        state_box.addLayout(state_row)
+        state_box.addWidget(self.state_detail)
+        state_box.addWidget(self.crash_note)
+        row.addLayout(state_box, 1)
+
+        self.stats: dict[str, QLabel] = {}
+        for key, name in (("peers", "peers"), ("round", "round"), ("policy_version", "policy version"),
+                          ("model", "model")):
+            box = QVBoxLayout()
+            value = QLabel("–")
+            value.setProperty("role", "statValue")
+            value.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            label = QLabel(name)
+            label.setProperty("role", "stat")
+            label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            box.addWidget(value)
+            box.addWidget(label)
+            self.stats[key] = value
+            row.addLayout(box)
+            row.addSpacing(8)
+
+        # Shown while the window shows another engine of the fleet: one click back to this machine's.
+        self.home_button = QPushButton("Back to this machine")
+        self.home_button.setVisible(False)
+        row.addWidget(self.home_button)
+        self.pause_button = QPushButton("Pause after this round")
+        self.resume_button = QPushButton("Resume")
+        row.addWidget(self.pause_button)
+        row.addWidget(self.resume_button)
+        self.join_button = QPushButton("Join the swarm")
+        self.join_button.setObjectName("joinButton")
+        self.join_button.setMinimumHeight(52)
+        self.join_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        row.addWidget(self.join_button)
+
+    def show_node(self, node: NodeModel, busy: bool, elsewhere: str = "") -> None:
+        """Draw `node`; `elsewhere` names the fleet engine shown when it is not this machine's."""
+        state = node.state if node.connected else "disconnected"
+        self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
+        self.state_label.setText(node.label if node.connected else "Engine not connected")
+        self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
+        self.state_detail.setText(node.detail if node.connected else "The app reconnects by itself.")
+        note = node.crash_note()
+        self.crash_note.setText(note)
+        self.crash_note.setVisible(bool(note))
+        parts = ([f"Showing {elsewhere}"] if elsewhere else []) + [node.peer_name, node.device.upper(), node.backend]
+        self.subtitle.setText(" · ".join(p for p in parts if p))
+        self.home_button.setVisible(bool(elsewhere))
+        self.stats["peers"].setText(str(node.peers))
+        self.stats["round"].setText(f"{node.round:,}")
+        self.stats["policy_version"].setText(f"v{node.policy_version:,}")
+        self.stats["model"].setText(short_model_name(node.model) or "–")
+        self.stats["model"].setToolTip(node.model)
+        join_mode = node.state == "stopped"
+        self.join_button.setText("Join the swarm" if join_mode else
+                                 "Leaving…" if node.state == "leaving" else "Leave the swarm")
+        if self.join_button.property("leave") != (not join_mode):
+            self.join_button.setProperty("leave", not join_mode)
+            self.join_button.style().polish(self.join_button)
+        self.join_button.setEnabled(node.connected and not busy and node.state != "leaving")
+        self.pause_button.setVisible(node.state in ("solo", "in_swarm", "joining"))
+        self.pause_button.setEnabled(node.connected)
+        self.resume_button.setVisible(node.state in ("paused", "pausing"))
