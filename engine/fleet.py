@@ -186,6 +186,8 @@ class FleetPoller:
         self._alerts: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None  # set by stop(): the poll loop's sleep ends at once
 
     def set_entries(self, entries: Sequence[FleetEntry]) -> None:
         with self._lock:
@@ -212,6 +214,10 @@ class FleetPoller:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(wake.set)
         if self._thread is not None:
             self._thread.join(timeout_s)
 
@@ -219,6 +225,7 @@ class FleetPoller:
         from engine.control.client import ControlClient, ControlError
 
         clients: dict[str, tuple[FleetEntry, ControlClient]] = {}
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
         try:
             while not self._stop.is_set():
                 entries = self.entries()
@@ -244,7 +251,8 @@ class FleetPoller:
                                 await failed[1].close()
                         report = EngineReport(entry.name, entry.url, error=str(exc)[:200])
                     self._record(entry, report, now)
-                await asyncio.sleep(self.poll_s)
+                with contextlib.suppress(TimeoutError):  # the window closing must not wait out a poll
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
         finally:
             for _, client in clients.values():
                 with contextlib.suppress(Exception):

@@ -90,3 +90,25 @@ def test_alerts_fire_once_when_an_engine_stops_goes_silent_or_crashes() -> None:
     crashed = _training(t + 3, crash_at=t + 1, crash_reason="killed (SIGKILL): often the system running out of memory")
     assert alerts(ok, crashed, t + 3) == ["box crashed: killed (SIGKILL): often the system running out of memory"]
     assert alerts(crashed, _training(t + 6, crash_at=t + 1), t + 6) == []
+
+
+def test_stopping_the_poller_does_not_wait_out_its_poll_interval() -> None:
+    # The window stops the poller as it closes: a 30 s poll interval must not become a 30 s freeze.
+    import socket
+    import time
+
+    from engine.fleet import FleetEntry, FleetPoller
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    poller = FleetPoller([FleetEntry("gone", f"ws://127.0.0.1:{port}", "t" * 43)], poll_s=30.0, timeout_s=1.0)
+    poller.start()
+    deadline = time.monotonic() + 20
+    while poller.reports()[0].checked_at is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert poller.reports()[0].checked_at is not None  # one poll done: it now sleeps its 30 s
+    started = time.monotonic()
+    poller.stop()
+    assert time.monotonic() - started < 2.0
+    assert poller._thread is not None and not poller._thread.is_alive()
