@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.bridge import EngineBridge
@@ -87,7 +87,7 @@ class GcTimer:
         gc.callbacks.remove(self._callback)
 
 
-def _run_phase(app: QApplication, window: MainWindow, seconds: float, switch_tabs: bool) -> dict[str, Any]:
+def _run_phase(window: MainWindow, seconds: float, switch_tabs: bool) -> dict[str, Any]:
     window.tabs.setCurrentWidget(window.dashboard)
     probe = StallProbe(lambda: f"{window.tabs.tabText(window.tabs.currentIndex())} at "
                                f"{probe.clock.elapsed() / 1000:.2f} s")
@@ -97,8 +97,11 @@ def _run_phase(app: QApplication, window: MainWindow, seconds: float, switch_tab
     if switch_tabs:
         switcher.start(1500)
     probe.start()
-    QTimer.singleShot(int(seconds * 1000), app.quit)
-    app.exec()
+    # A loop of its own: QApplication.quit would also close the window (Qt 6), which shuts the app's
+    # links down, and the phases after it would watch a window that no longer ticks.
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
     probe.timer.stop()
     switcher.stop()
     return probe.summary()
@@ -140,9 +143,11 @@ def measure(data_dir: Path, seconds: float) -> dict[str, Any]:
     gui.cpu_percent()
     gc_timer = GcTimer()
     # Phase 1: a contributor watching the dashboard. Phase 2: clicking through every tab.
-    watching = _run_phase(app, window, seconds / 2, switch_tabs=False)
-    switching = _run_phase(app, window, seconds / 2, switch_tabs=True)
+    watching = _run_phase(window, seconds / 2, switch_tabs=False)
+    switching = _run_phase(window, seconds / 2, switch_tabs=True)
     gc_timer.close()
+    if not window.timer.isActive():
+        raise SystemExit("the window stopped ticking during the measurement")
     result = {"seconds": seconds, "watching": watching, "switching_tabs": switching,
               "ticks": len(tick_ms), "tick_max_ms": max(tick_ms, default=0.0),
               "tick_mean_ms": statistics.fmean(tick_ms) if tick_ms else 0.0,
