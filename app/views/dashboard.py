@@ -62,6 +62,7 @@ class _Curve:
         return True
 
 
+VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1,500" or "12k" beside the ticks
 NO_ROUNDS_HINT = ("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
                   "and past rounds reload from the engine's store.")
 CURRICULUM_TIP = ("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
@@ -207,6 +208,10 @@ class DashboardView(QWidget):
         plot.setLabel("bottom", "round")
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
         plot.getAxis("bottom").enableAutoSIPrefix(False)  # "round (x0.001)" helps nobody
+        # A fixed width for the value axis: left to itself it follows its widest tick label, and each
+        # change ("0.5" -> "0.25") re-lays the whole grid out, so every plot redoes its ticks at once: the
+        # longest stalls while training (80-170 ms) were such cascades.
+        plot.getAxis("left").setWidth(VALUE_AXIS_WIDTH)
         # A sane empty axis until data arrives; then ranges that move in steps (`_fit_ranges`), not pyqtgraph's
         # auto-range, which changes them every round and with them the ticks to draw.
         plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0)
