@@ -156,7 +156,7 @@ class MainWindow(QMainWindow):
         if not self.session.home and self.session.bridge.url == entry.url:
             self.tabs.setCurrentWidget(self.dashboard)
             return
-        bridge = EngineBridge(entry.url, lambda: entry.token, reconnect_s=self.home.bridge._reconnect_s)
+        bridge = EngineBridge(entry.url, lambda: entry.token)
         bridge.start()
         self._show_session(EngineSession(entry.name, bridge, AppModel()))
         self.statusBar().showMessage(f"Connecting to {entry.name} at {entry.url}…")
