@@ -41,6 +41,27 @@ def stepped_range(current: tuple[float, float] | None, low: float, high: float) 
     return bottom, nice_above(high * 1.1) if high > 0 else (0.0 if low < 0 else 10.0)
 
 
+def axis_ticks(low: float, high: float) -> list[tuple[float, str]]:
+    """About six labelled ticks on a 1-2-5 step across [low, high]. Given to pyqtgraph explicitly, so a
+    repaint draws them instead of searching tick spacings (most of an axis's paint time)."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return []
+    step = nice_above((high - low) / 6)
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    ticks = []
+    for k in range(math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9) + 1):
+        value = round(k * step, decimals + 1)
+        label = f"{value / 1000:g}k" if abs(value) >= 10_000 else f"{value:,.{decimals}f}"
+        ticks.append((value, label))
+    return ticks
+
+
+def set_axis_range(plot: pg.PlotItem, x_range: tuple[float, float], y_range: tuple[float, float]) -> None:
+    plot.setRange(xRange=x_range, yRange=y_range, padding=0)
+    plot.getAxis("bottom").setTicks([axis_ticks(*x_range)])
+    plot.getAxis("left").setTicks([axis_ticks(*y_range)])
+
+
 class _Curve:
     """A plot curve bound to a ring buffer; `sync` uploads only when the ring changed."""
 
@@ -62,6 +83,7 @@ class _Curve:
         return True
 
 
+NEW_CURVES_PER_REFRESH = 2  # a new curve costs a few ms to make: the first round's dozen are spread out
 VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1,500" or "12k" beside the ticks
 NO_ROUNDS_HINT = ("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
                   "and past rounds reload from the engine's store.")
@@ -214,18 +236,23 @@ class DashboardView(QWidget):
         plot.getAxis("left").setWidth(VALUE_AXIS_WIDTH)
         # A sane empty axis until data arrives; then ranges that move in steps (`_fit_ranges`), not pyqtgraph's
         # auto-range, which changes them every round and with them the ticks to draw.
-        plot.setRange(xRange=(0, 10), yRange=(0, 1), padding=0)
+        set_axis_range(plot, (0, 10), (0, 1))
         plot.disableAutoRange()
         plot.setMenuEnabled(False)
         return plot
 
-    def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int) -> None:
-        for name, ring in rings.items():
-            if name not in curves:
-                color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
-                curves[name] = _Curve(plot, ring, color, name=name)
-                self._groups[group].append(curves[name])
-                self._legend(plot, {n: c.color for n, c in curves.items()})
+    def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int,
+                 budget: int) -> int:
+        """Curves for names seen for the first time, at most `budget` of them (the rest at the next
+        refresh: the first round brings a dozen at once); returns how many were made."""
+        new = [(name, ring) for name, ring in rings.items() if name not in curves][:budget]
+        for name, ring in new:
+            color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
+            curves[name] = _Curve(plot, ring, color, name=name)
+            self._groups[group].append(curves[name])
+        if new:  # one title change for all of them
+            self._legend(plot, {n: c.color for n, c in curves.items()})
+        return len(new)
 
     def _legend(self, plot: pg.PlotItem, entries: dict[str, str], dashed: dict[str, str] | None = None) -> None:
         """The legend lives in the title: a legend box inside the plot would cover the newest points."""
@@ -252,8 +279,9 @@ class DashboardView(QWidget):
     def refresh(self, full: bool = False) -> None:
         """Redraw the next group of plots that changed (all of them with `full`)."""
         model = self.model
-        self._dynamic(self._specialty_curves, model.specialty, self.specialty_plot, 1)
-        self._dynamic(self._phase_curves, model.phases, self.phase_plot, 2)
+        budget = len(model.specialty) + len(model.phases) if full else NEW_CURVES_PER_REFRESH
+        budget -= self._dynamic(self._specialty_curves, model.specialty, self.specialty_plot, 1, budget)
+        self._dynamic(self._phase_curves, model.phases, self.phase_plot, 2, budget)
         for _ in range(len(self._groups)):
             group = self._groups[self._next_group]
             self._next_group = (self._next_group + 1) % len(self._groups)
@@ -291,7 +319,7 @@ class DashboardView(QWidget):
                 self._ranges.get((id(plot), "y")), min(float(y.min()) for y in ys), max(float(y.max()) for y in ys))
             if (xr, yr) != (self._ranges.get((id(plot), "x")), self._ranges.get((id(plot), "y"))):
                 self._ranges[(id(plot), "x")], self._ranges[(id(plot), "y")] = xr, yr
-                plot.setRange(xRange=xr, yRange=yr, padding=0)
+                set_axis_range(plot, xr, yr)
 
     def _set_card(self, key: str, value: float | None, fmt: str) -> None:
         self.cards[key].setText("–" if value is None else fmt.format(value))

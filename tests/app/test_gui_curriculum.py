@@ -166,7 +166,12 @@ def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qt
 def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
     """pyqtgraph's auto-range moved every axis every round, and redoing the ticks was most of a
     repaint; ranges now step through 1-2-5 values and always contain the data."""
-    from app.views.dashboard import nice_above, stepped_range
+    from app.views.dashboard import axis_ticks, nice_above, stepped_range
+
+    assert axis_ticks(0, 10) == [(0, "0"), (2, "2"), (4, "4"), (6, "6"), (8, "8"), (10, "10")]
+    assert [label for _, label in axis_ticks(-0.02, 1.02)] == ["0.0", "0.2", "0.4", "0.6", "0.8", "1.0"]
+    assert [label for _, label in axis_ticks(-5, 10)] == ["-5", "0", "5", "10"]
+    assert [label for _, label in axis_ticks(0, 50_000)][-1] == "50k" and axis_ticks(1, 1) == []
 
     assert [nice_above(v) for v in (0, 0.3, 1, 1.1, 3, 7, 12, 450)] == [10, 0.5, 1, 2, 5, 10, 20, 500]
     assert stepped_range(None, 0, 9) == (0, 10) and stepped_range((0, 10), 0, 9.5) == (0, 10)
@@ -187,3 +192,28 @@ def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
     assert len(ranges) <= 4  # 120 rounds: a handful of x ranges, not 120
     (_, _), (y0, y1) = view.reward_plot.viewRange()
     assert -0.05 < y0 < 0 and 1 < y1 < 1.05  # a fraction keeps 0..1
+    x_ticks = view.cumulative_plot.getAxis("bottom")._tickLevels[0]  # the labels drawn are ours
+    assert x_ticks == axis_ticks(*view.cumulative_plot.viewRange()[0]) or x_ticks == axis_ticks(
+        *view._ranges[(id(view.cumulative_plot), "x")])
+
+
+def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> None:
+    # The first round brings a curve per specialty and per phase: made all at once, they were one stall.
+    from app.views.dashboard import NEW_CURVES_PER_REFRESH
+
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    specialties = {f"specialty_{i}": 0.1 * i for i in range(4)}
+    phases = {"generate": 1.0, "score": 0.1, "update": 2.0}
+    model.apply_round(RoundCompleted(round=1, policy_version=1, metrics={"reward_mean": 0.25},
+                                     per_specialty_reward=specialties, phase_seconds=phases, num_local=2,
+                                     num_external=0))
+    made = []
+    for _ in range(4):
+        view.refresh()
+        made.append(len(view._specialty_curves) + len(view._phase_curves))
+    assert made[0] == NEW_CURVES_PER_REFRESH and made[-1] == len(specialties) + len(phases)
+    assert all(b - a <= NEW_CURVES_PER_REFRESH for a, b in zip(made, made[1:]))
+    assert all(name in view.specialty_plot.titleLabel.text for name in specialties)  # every legend entry
