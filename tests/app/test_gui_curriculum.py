@@ -199,6 +199,8 @@ def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
 
 def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> None:
     # The first round brings a curve per specialty and per phase: made all at once, they were one stall.
+    import itertools
+
     from app.views.dashboard import NEW_CURVES_PER_REFRESH
 
     model = DashboardModel()
@@ -215,5 +217,5 @@ def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> Non
         view.refresh()
         made.append(len(view._specialty_curves) + len(view._phase_curves))
     assert made[0] == NEW_CURVES_PER_REFRESH and made[-1] == len(specialties) + len(phases)
-    assert all(b - a <= NEW_CURVES_PER_REFRESH for a, b in zip(made, made[1:]))
+    assert all(b - a <= NEW_CURVES_PER_REFRESH for a, b in itertools.pairwise(made))
     assert all(name in view.specialty_plot.titleLabel.text for name in specialties)  # every legend entry
