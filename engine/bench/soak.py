@@ -93,6 +93,28 @@ def _store_mib(data_dir: Path) -> float:
     return sum(p.stat().st_size for p in data_dir.glob("node.db*") if p.is_file()) / 2**20
 
 
+def rss_parts(pid: int) -> dict[str, float] | None:
+    """Resident MiB by kind of mapping (Linux): the main malloc arena (`[heap]`), other anonymous memory
+    (thread arenas, mmapped blocks, Python's object arenas, torch buffers) and file-backed pages; None
+    where /proc has no smaps. Tells a fragmenting heap from growing Python objects or mapped files."""
+    parts = {"heap": 0.0, "anon": 0.0, "file": 0.0}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(maxsplit=6)
+                if not head:
+                    continue
+                if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's first line
+                    name = head[5].strip() if len(head) > 5 else ""
+                    kind = "heap" if name == "[heap]" else "file" if name.startswith("/") else "anon"
+                elif head[0] == "Rss:":
+                    parts[kind] += int(head[1]) / 1024
+    except OSError:
+        return None
+    return {k: round(v, 2) for k, v in parts.items()}
+
+
 def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dict[str, Any]:
     import psutil
 
@@ -105,6 +127,8 @@ def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dic
     sample = {"t_s": round(time.monotonic() - t0, 1), "rss_mib": proc.memory_info().rss / 2**20,
               "fds": proc.num_fds(), "threads": proc.num_threads(), "store_mib": _store_mib(data_dir),
               "round": status.get("round"), "pool_size": swarm.get("pool_size"), "state": status.get("state")}
+    for kind, mib in (rss_parts(node.pid) or {}).items():
+        sample[f"rss_{kind}_part_mib"] = mib
     heap = (status.get("memory") or {}).get("heap") or {}
     sample["heap_in_use_mib"], sample["heap_free_held_mib"] = heap.get("in_use_mib"), heap.get("free_held_mib")
     for name, other in others.items():
@@ -217,6 +241,10 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
         # malloc's own view (glibc): in use rising = a leak; only free-but-held rising = fragmentation
         "heap_in_use_slope_mib_per_hour": slope("heap_in_use_mib"),
         "heap_free_held_slope_mib_per_hour": slope("heap_free_held_mib"), "pool_max": max(pools) if pools else None,
+        # where resident memory grows: the main arena, other anonymous memory, or file-backed pages
+        "rss_part_slopes_mib_per_hour": {kind: slope(f"rss_{kind}_part_mib") for kind in ("heap", "anon", "file")
+                                         if any(s.get(f"rss_{kind}_part_mib") is not None for s in after)},
+        "rounds_per_hour_by_half": _rounds_by_half(after),
         "peer_rss_slopes_mib_per_hour": {k[:-8]: slope(k) for k in (samples[0] if samples else {})
                                          if k.endswith("_rss_mib")},
         "crashed": crashed, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -224,6 +252,15 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
     result["target_met"] = (not crashed and len(after) >= 2 and result["rss_slope_mib_per_hour"] < RSS_SLOPE_TARGET_MIB_PER_H
                             and result["fd_growth"] <= 0 and result["thread_growth"] <= 0)
     return result
+
+
+def _rounds_by_half(after: list[dict[str, Any]]) -> list[float]:
+    """Rounds per hour in each half after the warm-up: a slope means more next to the work it saw."""
+    timed = [(s["t_s"], s["round"]) for s in after if isinstance(s.get("round"), int)]
+    if len(timed) < 3:
+        return []
+    mid = timed[len(timed) // 2]
+    return [round((b[1] - a[1]) / max(b[0] - a[0], 1e-9) * 3600, 1) for a, b in ((timed[0], mid), (mid, timed[-1]))]
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -259,7 +296,11 @@ def table(result: dict[str, Any]) -> str:
          f" / {result.get('heap_free_held_slope_mib_per_hour', 0.0):+.3f} MiB/h | |"),
         f"| store size slope | {result['store_slope_mib_per_hour']:+.3f} MiB/h | bounded |",
         f"| pool size (max) | {result['pool_max']} | ≤ capacity |",
-        f"| rounds trained | {result['rounds']} | |",
+        ("| resident memory by kind, slopes | " + ", ".join(
+            f"{k} {v:+.3f}" for k, v in (result.get("rss_part_slopes_mib_per_hour") or {}).items())
+         + " MiB/h | |"),
+        (f"| rounds trained (per hour, each half) | {result['rounds']} ("
+         + " / ".join(f"{v:,.0f}" for v in result.get("rounds_per_hour_by_half") or []) + ") | |"),
         f"| peers' / bootstrap's RSS slopes | {peers} MiB/h | |",
         "", f"Target met: **{'yes' if result['target_met'] else 'no'}**"
         + (f"; a process exited: {result['crashed'][:300]}" if result["crashed"] else ""),

@@ -40,6 +40,22 @@ def test_summary_flags_growth_in_descriptors() -> None:
     assert soak.summarize(flat, minutes=60, warmup_minutes=5, model="seed")["target_met"]
 
 
+def test_resident_memory_splits_into_heap_anonymous_and_file_pages() -> None:
+    import os
+
+    parts = soak.rss_parts(os.getpid())
+    if parts is None:
+        pytest.skip("no /proc/<pid>/smaps here")
+    assert set(parts) == {"heap", "anon", "file"} and parts["file"] > 1  # the interpreter's own libraries
+    block = bytearray(64 << 20)  # 64 MiB, mmapped: anonymous, not the main arena
+    block[::4096] = b"x" * len(block[::4096])  # touched, so resident
+    grown = soak.rss_parts(os.getpid())
+    assert grown is not None and grown["anon"] - parts["anon"] > 50
+    rss_mib = int(open(f"/proc/{os.getpid()}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    assert sum(grown.values()) == pytest.approx(rss_mib, rel=0.1)
+    del block
+
+
 @pytest.mark.timeout(240)
 def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
     result = soak.run(out_dir=tmp_path, minutes=0.9, warmup_minutes=0.3, sample_every_s=3.0, nice=0)
@@ -51,3 +67,4 @@ def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "soak.json").read_text())
     assert saved["rss_slope_mib_per_hour"] == result["rss_slope_mib_per_hour"]
     assert (tmp_path / "soak.png").stat().st_size > 1000 and "RSS slope" in (tmp_path / "soak.md").read_text()
+    assert all(s["rss_heap_part_mib"] is not None for s in samples) and "anon" in result["rss_part_slopes_mib_per_hour"]
