@@ -51,7 +51,7 @@ def test_resident_memory_splits_into_heap_anonymous_and_file_pages() -> None:
     block[::4096] = b"x" * len(block[::4096])  # touched, so resident
     grown = soak.rss_parts(os.getpid())
     assert grown is not None and grown["anon"] - parts["anon"] > 50
-    rss_mib = int(open(f"/proc/{os.getpid()}/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    rss_mib = int(Path(f"/proc/{os.getpid()}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     assert sum(grown.values()) == pytest.approx(rss_mib, rel=0.1)
     del block
 
