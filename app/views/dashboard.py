@@ -250,6 +250,7 @@ class DashboardView(QWidget):
             color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
             curves[name] = _Curve(plot, ring, color, name=name)
             self._groups[group].append(curves[name])
+            self._curves.append(curves[name])  # its plot's ranges follow it too
         if new:  # one title change for all of them
             self._legend(plot, {n: c.color for n, c in curves.items()})
         return len(new)

@@ -219,3 +219,10 @@ def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> Non
     assert made[0] == NEW_CURVES_PER_REFRESH and made[-1] == len(specialties) + len(phases)
     assert all(b - a <= NEW_CURVES_PER_REFRESH for a, b in itertools.pairwise(made))
     assert all(name in view.specialty_plot.titleLabel.text for name in specialties)  # every legend entry
+    for r in range(2, 31):  # the plots of such curves re-range as rounds come, like the others
+        model.apply_round(RoundCompleted(round=r, policy_version=r, metrics={"reward_mean": 0.25},
+                                         per_specialty_reward=specialties, phase_seconds=phases, num_local=2,
+                                         num_external=0))
+        view.refresh(full=True)
+    for plot in (view.specialty_plot, view.phase_plot):
+        assert plot.viewRange()[0][1] >= 30, plot.titleLabel.text
