@@ -32,7 +32,15 @@ from PySide6.QtWidgets import (
 )
 
 from app.views.peers import ago
-from engine.fleet import EngineReport, FleetEntry, FleetError, FleetPoller, load_fleet, save_fleet
+from engine.fleet import (
+    TRAINING_STATES,
+    EngineReport,
+    FleetEntry,
+    FleetError,
+    FleetPoller,
+    load_fleet,
+    save_fleet,
+)
 
 COLUMNS = ("Engine", "State", "Model", "Round", "Rounds / min", "Reward", "Last contact")
 LOCAL_NAME = "this window's engine"
@@ -197,7 +205,8 @@ class FleetView(QWidget):
     def _cells(r: EngineReport, now: float) -> tuple[str, ...]:
         state = (r.state if r.reachable else "checking…" if r.checked_at is None
                  else "not answering" if r.last_contact is None else f"silent ({r.state})")
-        rate = f"{r.rounds_per_min:,.1f}" if r.rounds_per_min is not None else "–"
+        training = r.reachable and r.state in TRAINING_STATES  # a stopped engine's last rate is not its rate
+        rate = f"{r.rounds_per_min:,.1f}" if r.rounds_per_min is not None and training else "–"
         reward = f"{r.reward:.3f} {r.trend}".strip() if r.reward is not None else "–"
         contact = ago(r.last_contact, now) if r.last_contact is not None else "never"
         return (r.name, state, r.model or "–", f"{r.round:,}", rate, reward, contact)

@@ -72,6 +72,7 @@ def test_the_fleet_tab_lists_this_engine_and_an_added_one_and_raises_their_alert
         qtbot.waitUntil(lambda: table.item(0, 3).text() not in ("0", "1", "2"), timeout=60_000)
         engine.run(engine.node.leave(), timeout=120)
         qtbot.waitUntil(lambda: "stopped training" in win.statusBar().currentMessage(), timeout=30_000)
+        qtbot.waitUntil(lambda: table.item(0, 4).text() == "–", timeout=10_000)  # no rate for a stopped engine
         assert any("stopped training" in line.message for line in win.model.log.lines)
         win.fleet.table.selectRow(1)
         win.fleet.remove_selected()
