@@ -3,7 +3,8 @@ added by URL and token), then of the window after the second one stops training:
 
     .venv/bin/python tests/app/screenshot_fleet.py bench/screenshots --xvfb
 
-writes fleet.png and fleet_stopped.png (the alert in the status bar and the row). The engines are
+writes fleet.png, fleet_stopped.png (the alert in the status bar and the row) and fleet_remote.png
+(the second engine's dashboard, shown in the same window by a double-click on its row). The engines are
 real solo nodes on the shipped seed model (`--model tiny`: a random one) behind real control servers
 on 127.0.0.1. A private
 Xvfb has no system tray, so the desktop notification itself is not in the picture: the same words
@@ -77,7 +78,12 @@ def run(out_dir: Path, timeout_s: float, model_name: str, rounds: int) -> int:
     pump_until(lambda: "stopped training" in window.statusBar().currentMessage(), timeout_s)
     pump_until(lambda: False, 1.0)
     subprocess.run(["import", "-window", "root", str(out_dir / "fleet_stopped.png")], check=True, timeout=30)
-    print(f"rows={table.rowCount()} alert={window.statusBar().currentMessage()!r}")
+    window.fleet.open_row(1)  # the double-click: the gaming PC's dashboard, in this window
+    pump_until(lambda: window.model.node.connected and window.model.dashboard.rounds >= rounds, timeout_s)
+    pump_until(lambda: False, 2.0)  # every plot group drawn (one a refresh)
+    subprocess.run(["import", "-window", "root", str(out_dir / "fleet_remote.png")], check=True, timeout=30)
+    print(f"rows={table.rowCount()} alert={window.statusBar().currentMessage()!r} "
+          f"shown={window.windowTitle()!r} rounds={window.model.dashboard.rounds}")
     window.shutdown()
     for engine in engines:
         engine.close()
@@ -88,7 +94,7 @@ def main() -> int:
     from screenshot_main import private_display
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", type=Path, help="folder for fleet.png and fleet_stopped.png")
+    parser.add_argument("out_dir", type=Path, help="folder for the three pictures")
     parser.add_argument("--xvfb", action="store_true", help="start a private Xvfb (1280x820) for the window")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for each picture")
     parser.add_argument("--model", default="seed", help="seed (default) or tiny (random, fast)")
