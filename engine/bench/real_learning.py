@@ -108,12 +108,17 @@ def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     return save_results(out_dir, "real_learning", result, table, plot)
 
 
-def add_replicate(out_dir: Path, other_json: Path, seed: int) -> dict[str, Any]:
-    """Fold the solo arm of another run (same options, training seed `seed`) into out_dir's result."""
+def add_replicates(out_dir: Path, other_json: Path) -> dict[str, Any]:
+    """Fold the arms of another run (same options and judge, e.g. `arms=["solo@2","solo@3"]`) into
+    out_dir's result; an arm of the same name is replaced. Refused when the two runs' "before" differ
+    (another judge, model or backend: not comparable)."""
     result = json.loads((out_dir / "real_learning.json").read_text())
     other = json.loads(Path(other_json).read_text())
-    arms = {**result["arms"], f"solo@{seed}": other["arms"]["solo"]}
-    summary = summarize(arms, result["specialties"], result["wall_minutes"] * 60)
+    if other["before"] != result["before"]:
+        raise ValueError("the runs judged the starting weights differently: not the same setup")
+    arms = {**result["arms"], **other["arms"]}
+    variants = {name: effect["changes"] for name, effect in (result.get("variant_effects") or {}).items()}
+    summary = summarize(arms, result["specialties"], (result["wall_minutes"] + other["wall_minutes"]) * 60, variants)
     summary["measured_at"] = result["measured_at"]
     return write(summary, out_dir)
 
@@ -153,8 +158,11 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float,
                        "mixed_group_fraction": _tail_mean(arm["history"], "mixed_fraction")}
                 for name, arm in solos.items()}  # "solo" trained with the run's seed, "solo@<s>" with s
         deltas = [r["after"] - r["before"] for r in rows.values()]
+        mixed = [r["mixed_group_fraction"] for r in rows.values()]
         out["training_seeds"] = {"arms": rows, "delta_pass_at_1_mean": statistics.fmean(deltas),
-                                 "delta_pass_at_1_sd": statistics.stdev(deltas)}
+                                 "delta_pass_at_1_sd": statistics.stdev(deltas),
+                                 "mixed_group_fraction_mean": statistics.fmean(mixed),
+                                 "mixed_group_fraction_sd": statistics.stdev(mixed)}
     effects = {}
     for variant, changes in (variants or {}).items():  # the run's recipe vs each variant, paired by seed
         pairs = [(name, variant + name[4:]) for name in solos if variant + name[4:] in arms]
@@ -262,6 +270,10 @@ def table(result: dict[str, Any]) -> str:
                          f"{r['format_rate']:.4f} | {r['mixed_group_fraction']:.2f} |")
         lines.append(f"\nΔ pass@1 {seeds['delta_pass_at_1_mean']:+.4f} ± {seeds['delta_pass_at_1_sd']:.4f} (sd across "
                      f"{len(seeds['arms'])} training seeds).")
+        if "mixed_group_fraction_mean" in seeds:
+            lines.append(f"\nOwn groups mixed in the last 20 rounds: {seeds['mixed_group_fraction_mean']:.3f} ± "
+                         f"{seeds['mixed_group_fraction_sd']:.3f} (mean ± sd across {len(seeds['arms'])} training seeds; "
+                         "one seed's 40 groups alone carry a standard error of about 0.07).")
     return "\n".join(lines)
 
 

@@ -29,3 +29,19 @@ def test_real_learning_bench_runs_both_arms_and_writes_the_issue_keys(tmp_path: 
     assert len(saved["arms"]["mixed"]["history"]) == 2 and "delta_pass_at_1" in result["mixed_model"]
     assert "| pass@1 |" in (tmp_path / "real_learning.md").read_text()
     assert (tmp_path / "real_learning.png").stat().st_size > 10_000
+    # Another run of the same setup (here: the same arm under another name) folds in as a training seed.
+    other = dict(saved, arms={"solo@7": saved["arms"]["solo"]})
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    folded = real_learning.add_replicates(tmp_path, tmp_path / "other.json")
+    assert set(folded["arms"]) == {"solo", "mixed", "plain", "solo@7"}
+    seeds = folded["training_seeds"]
+    assert set(seeds["arms"]) == {"solo", "solo@7"} and seeds["mixed_group_fraction_sd"] == 0.0
+    assert [list(p) for p in folded["variant_effects"]["plain"]["pairs"]] == [["solo", "plain"]]  # kept
+    assert "across 2 training seeds" in (tmp_path / "real_learning.md").read_text()
+    (tmp_path / "other.json").write_text(json.dumps(dict(other, before={**saved["before"], "pass_at_1": 2.0})))
+    try:
+        real_learning.add_replicates(tmp_path, tmp_path / "other.json")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a run that judged the starting weights differently must not fold in")
