@@ -110,12 +110,14 @@ def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
 
 def add_replicates(out_dir: Path, other_json: Path) -> dict[str, Any]:
     """Fold the arms of another run (same options and judge, e.g. `arms=["solo@2","solo@3"]`) into
-    out_dir's result; an arm of the same name is replaced. Refused when the two runs' "before" differ
-    (another judge, model or backend: not comparable)."""
+    out_dir's result; an arm of the same name is replaced, and each arm keeps its own run's "before"
+    (the same weights judged again differ by the judge's noise: llama.cpp's threads do not sum in a
+    fixed order). Refused when the setups differ (model, backend, judge, recipe)."""
     result = json.loads((out_dir / "real_learning.json").read_text())
     other = json.loads(Path(other_json).read_text())
-    if other["before"] != result["before"]:
-        raise ValueError("the runs judged the starting weights differently: not the same setup")
+    setup = ("model", "backend", "judge_questions", "eval_k", "specialties", "judge_settings", "config", "rounds")
+    if any(other.get(key) != result.get(key) for key in setup):
+        raise ValueError("the runs differ in model, backend, judge or recipe: not comparable")
     arms = {**result["arms"], **other["arms"]}
     variants = {name: effect["changes"] for name, effect in (result.get("variant_effects") or {}).items()}
     summary = summarize(arms, result["specialties"], (result["wall_minutes"] + other["wall_minutes"]) * 60, variants)
