@@ -32,6 +32,7 @@ class LogView(QWidget):
         self.text.setMaximumBlockCount(model.capacity)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         layout.addWidget(self.text, 1)
+        self._rerender()  # what the model already holds (a view built again for another engine)
 
     def _keep(self, line: LogLine) -> bool:
         return LEVELS.get(line.level.lower(), 20) >= int(self.filter.currentData())

@@ -182,8 +182,7 @@ class MainWindow(QMainWindow):
             if m.settings:
                 self.settings.show_settings(m.settings)
             if m.machine:
-                self.machine.show_machine(m.machine)
-            self.log_view._rerender()  # everything this engine said so far
+                self._show_machine(m.machine)
             self.dashboard.refresh(full=True)
             self.setWindowTitle("SAPO Swarm" if session.home else f"SAPO Swarm — {session.name}")
         self.tabs.setCurrentWidget(self.dashboard)
@@ -247,10 +246,7 @@ class MainWindow(QMainWindow):
             if isinstance(snap.get("machine"), dict):
                 model.machine = snap["machine"]
                 if shown:
-                    self.machine.show_machine(snap["machine"])
-                    sensors = snap["machine"].get("device", {}).get("temperature_sensors") \
-                        if isinstance(snap["machine"].get("device"), dict) else None
-                    self.settings.set_temperature_supported(sensors is not False)
+                    self._show_machine(snap["machine"])
             return
         if not change.up:
             was = node.connected
@@ -263,6 +259,13 @@ class MainWindow(QMainWindow):
             if shown:
                 hint = "" if change.fatal else " Retrying…"
                 self.statusBar().showMessage(f"Not connected: {change.reason}.{hint}")
+
+    def _show_machine(self, machine: dict[str, Any]) -> None:
+        """The machine report into the Machine tab, and whether Settings may offer a temperature limit."""
+        self.machine.show_machine(machine)
+        device = machine.get("device")
+        sensors = device.get("temperature_sensors") if isinstance(device, dict) else None
+        self.settings.set_temperature_supported(sensors is not False)
 
     def _update_header(self) -> None:
         node = self.model.node
