@@ -156,6 +156,11 @@ class RepeatedTextGuard:
             window.add(group.ref.key, tuple(residual_words(c, question_text) for c in group.completions))
         return window
 
+    def questions_seen(self, origin: str) -> int:
+        """Distinct questions in `origin`'s window: fewer than `min_questions`, nothing can be judged."""
+        window = self._origins.get(origin)
+        return 0 if window is None else len({question for question, _ in window.items})
+
     def unexplained(self, window: _Window) -> set[str]:
         """Words this origin repeats that neither its questions nor this node's own writing explain."""
         if window.completions == 0:

@@ -128,3 +128,14 @@ def rollout_metrics(groups: Sequence[LocalGroup]) -> tuple[dict[str, float], dic
 def score_group(group: RolloutGroup, question: Any, reward_fn: Callable[[Any, str], float]) -> RolloutGroup:
     """Re-score every completion with the local verifier (a peer's rewards are never used)."""
     return group.with_rewards(tuple(float(reward_fn(question, c)) for c in group.completions))
+
+
+def shape_rewards(group: RolloutGroup, format_weight: float) -> RolloutGroup:
+    """The training reward: the verifier's correctness + format_weight x a well-formed answer block
+    (the fading format warm-up). Unchanged when the weight is 0."""
+    from engine.tasks.library import format_reward
+
+    if format_weight <= 0 or group.rewards is None:
+        return group
+    return group.with_rewards(tuple(r + format_weight * format_reward(c)
+                                    for r, c in zip(group.rewards, group.completions)))

@@ -24,6 +24,7 @@ from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
+from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
@@ -31,18 +32,15 @@ from engine.sapo.rows import (
     LocalGroup,
     external_rows,
     local_rows,
-    receiver_view,
     rollout_metrics,
     score_group,
+    shape_rewards,
 )
-from engine.sapo.sampler import has_signal, make_sampler, select_groups
+from engine.sapo.sampler import make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
-
-DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
-DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,8 @@ class Trainer:
         self.prompt = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tokenizer)
         self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
         self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
+        self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
+                                    cfg.sampling.max_new_tokens, self.reward_fn)
         self._heldout: list[Any] | None = None
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
@@ -150,21 +150,15 @@ class Trainer:
             self.repeated_text.observe_own(group.completions, q.text)
         t_score = time.perf_counter()
 
-        # Shaped copies for selection, each mapped back to its verified record (and question).
-        verified_of: dict[int, VerifiedGroup] = {}
+        # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
+        # the draw: a group the screens leave without signal never takes one of the J slots.
+        looks, dropped, pending, repeated = self.first_look.judge(external, weight, cfg.filter_zero_advantage)
+        look_of: dict[int, Look] = {}
         shaped_ext: list[RolloutGroup] = []
-        for v in external:
-            g = shape_rewards(v.group, weight)
-            verified_of[id(g)] = v
+        for look in looks:
+            g = shape_rewards(look.view, weight)
+            look_of[id(g)] = look
             shaped_ext.append(g)
-        if cfg.repeated_text.enabled:
-            for g in shaped_ext:  # every candidate counts once: its origin's habits and its record here
-                if not g.is_local and self.repeated_text.is_new(g):
-                    text = verified_of[id(g)].question.text
-                    self.repeated_text.observe(g, text)
-                    self.reputation.record(g.provenance.origin_peer,
-                                           flagged=self.repeated_text.screen(g, text)[1] > 0)
-        repeated = 0
         j = cfg.num_external
         if self.j_bandit is not None:  # last round's J earned this round's own reward; pick this round's
             own = [r for lg in local for r in (lg.group.rewards or ())]
@@ -172,40 +166,21 @@ class Trainer:
             j = self.j_bandit.choose()
         selection = select_groups([lg.group for lg in shaped], shaped_ext, j, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
-        dropped = [(g, why) for g, why in selection.dropped if not g.is_local]
+        dropped += [(look_of[id(g)].verified.group, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
-        used_ext: list[VerifiedGroup] = []
-        fitted, ext_prompts, ext_ids, screened_out = [], [], [], []
-        for g in selection.external:
-            q = verified_of[id(g)].question
-            screened, removed = self.repeated_text.screen(g, q.text)
-            if removed:
-                repeated += removed
-                if cfg.filter_zero_advantage and not has_signal([screened])[0]:
-                    dropped.append((g, DROP_REPEATED_TEXT))
-                    self.reputation.record(g.provenance.origin_peer, flagged=True)
-                    continue
-            view, ids, cut = receiver_view(screened, self.tokenizer, self.eos_id, cfg.sampling.max_new_tokens)
-            if cut:  # scored on the text it is trained on: the cut text is scored again
-                view = shape_rewards(score_group(view, q, self.reward_fn), weight)
-                if cfg.filter_zero_advantage and not has_signal([view])[0]:
-                    dropped.append((g, DROP_CUT_NO_SIGNAL))
-                    self.reputation.record(g.provenance.origin_peer, flagged=True)
-                    continue
-            used_ext.append(verified_of[id(g)])
-            screened_out.append(removed)
-            fitted.append(view)
-            ext_prompts.append(self.prompt(q))
-            ext_ids.append(ids)
+        chosen = [look_of[id(g)] for g in selection.external]
+        used_ext = [look.verified for look in chosen]
+        ext_prompts = [self.prompt(look.verified.question) for look in chosen]
         rows = local_rows([lg for lg in shaped if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
-        rows += external_rows(fitted, ext_prompts, ext_ids, self.tokenizer, cfg.advantage_eps)
+        rows += external_rows(list(selection.external), ext_prompts, [look.ids for look in chosen],
+                              self.tokenizer, cfg.advantage_eps)
         t_prep = time.perf_counter()
 
         self._mid_update = True
         stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
         for k, v in enumerate(used_ext):  # what training found out beyond the first look
-            if screened_out[k] or k in stats.implausible_sources:
+            if k in stats.implausible_sources:
                 self.reputation.record(v.group.provenance.origin_peer, flagged=True)
         self.reputation_snapshot = self.reputation.snapshot()
         self.round = round_no
@@ -218,7 +193,8 @@ class Trainer:
         metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
                        tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
                        format_rate=sum(formatted) / max(len(formatted), 1),
-                       external_repeated_text=float(repeated), external_j=float(j))
+                       external_repeated_text=float(repeated), external_j=float(j),
+                       external_pending=float(pending))
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
                            entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
@@ -332,12 +308,4 @@ class Trainer:
             self.on_event(event)
 
 
-def shape_rewards(group: RolloutGroup, format_weight: float) -> RolloutGroup:
-    """The training reward: the verifier's correctness + format_weight x a well-formed answer block
-    (the fading format warm-up). Unchanged when the weight is 0."""
-    from engine.tasks.library import format_reward
-
-    if format_weight <= 0 or group.rewards is None:
-        return group
-    return group.with_rewards(tuple(r + format_weight * format_reward(c)
-                                    for r, c in zip(group.rewards, group.completions)))
+__all__ = ["DROP_CUT_NO_SIGNAL", "DROP_REPEATED_TEXT", "RoundResult", "Trainer", "shape_rewards"]

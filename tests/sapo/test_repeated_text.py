@@ -112,10 +112,13 @@ def test_the_trainer_drops_the_backdoor_and_keeps_the_honest_peer(tmp_path: Path
                      repeated_text=RepeatedTextConfig(min_questions=3))
     trainer = Trainer(model, tok, cfg, preset("rl"), None, None, 7)
     qs = _questions(6)
-    first = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:2]])  # too few questions to tell yet
-    assert len(first.used_external) == 2 and first.metrics["external_repeated_text"] == 0
-    later = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[2:]]
-                              + [VerifiedGroup(_honest(q), q) for q in qs[2:4]])
+    # Seen on too few questions to tell a trigger from a question's wording: they wait, unused.
+    first = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:2]])
+    assert first.used_external == () and first.metrics["external_pending"] == 2
+    assert first.metrics["external_repeated_text"] == 0
+    later = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:]]
+                              + [VerifiedGroup(_honest(q), q) for q in qs[2:5]])
     assert {v.group.provenance.origin_peer for v in later.used_external} == {"honest"}
-    assert sum(why == DROP_REPEATED_TEXT for _, why in later.dropped_external) == 4
-    assert later.metrics["external_repeated_text"] == 16
+    assert len(later.used_external) == 3  # the backdoor's groups took none of the J = 8 slots
+    assert sum(why == DROP_REPEATED_TEXT for _, why in later.dropped_external) == 6
+    assert later.metrics["external_repeated_text"] == 24 and later.metrics["external_pending"] == 0

@@ -107,10 +107,12 @@ def _honest_groups_used(model_dir: Path, sampler: str, rounds: int) -> tuple[int
     return used, trainer
 
 
-def test_a_poisoners_share_of_j_falls_and_honest_groups_take_its_place(tmp_path: Path) -> None:
+def test_a_poisoners_score_falls_and_honest_groups_take_its_j_slots_under_either_sampler(tmp_path: Path) -> None:
     model_dir = build_tiny_policy(tmp_path / "m", seed=4)
     uniform, _ = _honest_groups_used(model_dir, "uniform", 24)
     weighted, trainer = _honest_groups_used(model_dir, "reputation", 24)
     snap = trainer.reputation_snapshot
     assert snap["poisoner"]["score"] < 0.2 and snap["honest"]["score"] > 0.8
-    assert weighted >= 20 and weighted > uniform + 5  # uniform keeps wasting J on the poisoner
+    # The first look drops the screened poisoner before the draw, under either sampler: its groups
+    # take no J slot, and the honest groups are drawn every round after the first few.
+    assert weighted >= 20 and uniform >= 20

@@ -20,6 +20,7 @@ from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
 from engine.store import Store
 from engine.tasks.library import preset, regenerate
@@ -31,7 +32,9 @@ def odd_length_reward(question: Any, completion: str) -> float:
 
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=6),
                  checkpoint_every=2, checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0, lr=1e-3,
-                 num_iterations=2)
+                 num_iterations=2,
+                 # a peer is judged from its first question here: these tests are about the round, not the screen
+                 repeated_text=RepeatedTextConfig(min_questions=1))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,117 @@
+"""A peer's group is judged once, before the J draw: what would this node train on, if drawn?
+
+Before, the repeated-text screen and the cut to the receiver's token cap ran on the J groups already
+drawn. A poisoner's group (a trigger on right answers, padding before one) passed the zero-advantage
+filter, took a J slot, and was then left out: the round trained on fewer peer groups than J, and its
+path differed from the same round without the attacker. Judged first, such a group never enters the
+draw, its slot goes to a group that is trained on, and an attacker the screens catch changes nothing.
+
+Per candidate, once (a pooled group is a candidate in every round until it is used or leaves):
+  1. its origin's repeated-text window counts it, and its origin's reputation records it;
+  2. completions carrying the origin's unexplained repeated words are removed;
+  3. the rest is re-tokenised as this node trains it, cut at its token cap, and a cut group re-scored;
+  4. the view is kept: each round it is shaped with that round's format weight and must still have
+     signal to be drawn.
+A fresh origin's groups wait ("pending", not dropped) until the screen has seen it on
+`min_questions` questions: before that a trigger cannot be told from a question's wording, and the
+first groups of every fresh identity would pass unjudged. Memory: one view per pooled group (the
+cache is pruned to the current candidates each round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.repeated_text import RepeatedTextGuard
+from engine.sapo.reputation import Reputation
+from engine.sapo.rows import receiver_view, score_group, shape_rewards
+from engine.sapo.sampler import has_signal
+
+DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
+DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
+
+
+@dataclass(frozen=True)
+class Look:
+    """One candidate as this node would train on it.
+
+    view:     the completions left after screening (cut texts where cut), scored by the local verifier
+    ids:      token ids per completion of `view`, as the loss sees them
+    removed:  completions the repeated-text screen took out
+    cut:      some completion was cut at the token cap (then `view` was re-scored)
+    """
+
+    verified: VerifiedGroup
+    view: RolloutGroup
+    ids: tuple[tuple[int, ...], ...]
+    removed: int
+    cut: bool
+
+    def drop_reason(self, shaped: RolloutGroup, filter_zero_advantage: bool) -> str:
+        """Why the shaped view may not be drawn this round ("" = it may). A group the screens did not
+        touch and that has no signal is left to the sampler's own zero-advantage filter."""
+        if not (self.removed or self.cut) or not filter_zero_advantage or has_signal([shaped])[0]:
+            return ""
+        return DROP_REPEATED_TEXT if self.removed else DROP_CUT_NO_SIGNAL
+
+
+class FirstLook:
+    """Owned by the trainer thread. `judge` each round's candidates; it remembers every verdict until
+    the group leaves the candidates."""
+
+    def __init__(self, guard: RepeatedTextGuard, reputation: Reputation, tokenizer: Any, eos_id: int,
+                 max_tokens: int, reward_fn: Callable[[Any, str], float]) -> None:
+        self.guard, self.reputation = guard, reputation
+        self._fit = lambda g: receiver_view(g, tokenizer, eos_id, max_tokens)
+        self._reward_fn = reward_fn
+        self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
+
+    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float,
+              filter_zero_advantage: bool) -> tuple[list[Look], list[tuple[RolloutGroup, str]], int, int]:
+        """-> (candidates that may be drawn, those the screens left without signal with the reason,
+        groups pending, completions the screen removed from groups first judged now)."""
+        current: dict[int, Look] = {}
+        looks: list[Look] = []
+        dropped: list[tuple[RolloutGroup, str]] = []
+        pending = removed = 0
+        fresh = [v for v in candidates if id(v) not in self._looks and not v.group.is_local]
+        if self.guard.cfg.enabled:  # all of this round's groups count before any is judged
+            for v in fresh:
+                self.guard.observe(v.group, v.question.text)
+        for v in candidates:
+            look = self._looks.get(id(v))
+            if look is None:
+                if not v.group.is_local and not self._ready(v):
+                    pending += 1
+                    continue
+                look = self._look(v, format_weight, filter_zero_advantage)
+                removed += look.removed
+            current[id(v)] = look
+            why = look.drop_reason(shape_rewards(look.view, format_weight), filter_zero_advantage)
+            if why:
+                dropped.append((v.group, why))
+            else:
+                looks.append(look)
+        self._looks = current
+        return looks, dropped, pending, removed
+
+    def _ready(self, v: VerifiedGroup) -> bool:
+        """The screen has seen this group's origin on enough questions to judge it."""
+        if not self.guard.cfg.enabled:
+            return True
+        return self.guard.questions_seen(v.group.provenance.origin_peer) >= self.guard.cfg.min_questions
+
+    def _look(self, v: VerifiedGroup, format_weight: float, filter_zero_advantage: bool) -> Look:
+        group = v.group
+        screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
+        view, ids, cut = self._fit(screened)
+        if cut:  # scored on the text it is trained on: the cut text is scored again
+            view = score_group(view, v.question, self._reward_fn)
+        look = Look(v, view, ids, removed, cut)
+        if not group.is_local:
+            flagged = removed > 0 or bool(look.drop_reason(shape_rewards(view, format_weight), filter_zero_advantage))
+            self.reputation.record(group.provenance.origin_peer, flagged=flagged)
+        return look
