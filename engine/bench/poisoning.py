@@ -15,6 +15,7 @@ each. Writes bench/poisoning.{json,md,png}.
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import random
 import time
@@ -26,6 +27,10 @@ from engine.paths import BENCH_DIR
 DESCRIPTION = "peers that lie: a victim among honest peers, with and without each attacker class (long: ~40 min)"
 LONG = True
 HONEST = ("honest-0", "honest-1")
+# The direct link each origin's groups arrive over (labels from TEST-NET-1, never dialled): each honest
+# peer has its own; every attacker identity comes from one process, so from one address.
+HONEST_ADDRESS = {"honest-0": "192.0.2.10", "honest-1": "192.0.2.11"}
+ATTACKER_ADDRESS = "192.0.2.66"
 HONEST_QUESTIONS = 4  # per honest peer per round
 ATTACK_GROUPS = 4  # per round (the Sybil class: 8, one per identity)
 
@@ -124,7 +129,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
             qs = [library.regenerate(ref) for ref in mix.sample_refs(attack_rng, n, 1000 + r % 7)]
             groups += attack_groups(attack, qs, r, attack_rng)
         for g in groups:
-            decision = pool.offer(g, g.provenance.origin_peer)
+            origin = g.provenance.origin_peer
+            decision = pool.offer(g, origin, HONEST_ADDRESS.get(origin, ATTACKER_ADDRESS))
             if g.provenance.origin_peer in bad:
                 offered += 1
                 pooled += decision.status == "pooled"
@@ -136,6 +142,9 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     report = victim.evaluate_heldout(record=False)
     stats = pool.stats()
+    digest = hashlib.sha256()
+    for name, tensor in sorted(victim.model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().to(torch.float32).cpu().numpy().tobytes())
     return {"attack": attack or "control", "sampler": sampler, "perturb": perturb, "rounds": rounds,
             "seconds": seconds,
             "rounds_per_s": rounds / seconds, "cpu_seconds": cpu_seconds,
@@ -144,7 +153,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
             "trigger_share": sum(TRIGGER in t for t in own_texts) / max(len(own_texts), 1),
             "logp_trigger": _trigger_logprob(victim, victim.heldout_questions()[:16]),
             "dropped": {reason: n for reason, n in stats["dropped"].items() if n},
-            "rescore_cpu_s": stats["rescore_cpu_s"]}
+            "rescore_cpu_s": stats["rescore_cpu_s"],
+            "weights_sha256": digest.hexdigest()}  # the same as the control's: the attack changed nothing
 
 
 def _run_star(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -221,6 +231,9 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
             "heldout_delta": r["heldout_pass_at_1"] - c["heldout_pass_at_1"],
             "heldout_delta_relative": (r["heldout_pass_at_1"] - c["heldout_pass_at_1"]) / max(c["heldout_pass_at_1"], 1e-9),
             "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - c["logp_trigger"],
+            # the victim ended with exactly the control's weights: the attacker's traffic changed nothing
+            "same_weights_as_control": (None if not (r.get("weights_sha256") and c.get("weights_sha256"))
+                                        else r["weights_sha256"] == c["weights_sha256"]),
             "dropped": r["dropped"]})
     for k in classes:  # beyond two noise sds of the paired delta, in either direction
         k["heldout_beyond_noise"] = (None if noise_sd is None
@@ -246,13 +259,14 @@ def table(result: dict[str, Any]) -> str:
               "Targets: trigger share 0, held-out pass@1 within 5% of control, rounds/s >= 0.8x under CPU bombs "
               "and Sybils."), "", _noise_line(result), "",
              ("| class | sampler | offered | pooled | trained on | rounds/s vs control (per CPU-s) "
-              "| held-out Δ pass@1 (rel.) | beyond noise | trigger share | Δ log p(trigger) | dropped |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| held-out Δ pass@1 (rel.) | beyond noise | same weights as control | trigger share | Δ log p(trigger) "
+              "| dropped |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k in result["classes"]:
         dropped = ", ".join(f"{reason} {n}" for reason, n in sorted(k["dropped"].items(), key=lambda kv: -kv[1])[:3])
         lines.append(f"| {k['name']} | {k['sampler']} | {k['offered']:,} | {k['pooled']:,} | {k['trained_on']:,} | "
                      f"{k['rounds_per_s_ratio']:.2f}x ({_ratio(k.get('rounds_per_cpu_s_ratio'))}) | {k['heldout_delta']:+.4f} ({k['heldout_delta_relative']:+.0%}) | "
-                     f"{_beyond(k.get('heldout_beyond_noise'))} | "
+                     f"{_beyond(k.get('heldout_beyond_noise'))} | {_same(k.get('same_weights_as_control'))} | "
                      f"{k['trigger_share']:.3f} | {k['logp_trigger_delta']:+.1f} | {dropped} |")
     return "\n".join(lines)
 
@@ -269,6 +283,10 @@ def _noise_line(result: dict[str, Any]) -> str:
 
 def _beyond(value: bool | None) -> str:
     return "–" if value is None else ("**yes**" if value else "no")
+
+
+def _same(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
 
 
 def _ratio(value: float | None) -> str:

@@ -36,6 +36,7 @@ def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp
         assert k["rounds_per_s_ratio"] > 0 and 0.0 <= k["trigger_share"] <= 1.0
     forged = next(k for k in saved["classes"] if k["name"] == "forged_refs")
     assert forged["pooled"] == forged["trained_on"] == 0 and forged["dropped"]["forged_ref"] == forged["offered"] > 0
+    assert forged["same_weights_as_control"] is True  # never pooled: the control's very path
     assert set(saved["controls"]) == {"uniform", "reputation"} and result["rounds"] == 3
     assert "| trigger_backdoor | reputation |" in (tmp_path / "poisoning.md").read_text()
     assert (tmp_path / "poisoning.png").stat().st_size > 5_000
