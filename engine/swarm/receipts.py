@@ -14,6 +14,7 @@ pool. A lying peer can at most inflate a number on someone's screen, by groups t
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -79,9 +80,11 @@ class ReceiptBook:
     def __init__(self, config: ReceiptConfig, me: str, clock: Any = time.time) -> None:
         self.config, self.me, self._clock = config, me, clock
         self._lock = threading.Lock()
-        self._published: OrderedDict[str, None] = OrderedDict()  # own content keys, newest last
-        self._uses: OrderedDict[tuple[str, str], None] = OrderedDict()  # (peer, key) counted once
-        self._used_keys: OrderedDict[str, None] = OrderedDict()  # own keys some peer trained on
+        # Own content keys, newest last -> the peers whose receipt for it counted (each once). A key
+        # that leaves can no longer be counted, so its senders leave with it: memory is bounded by
+        # `remember_published` keys, however long the node runs.
+        self._published: OrderedDict[str, set[str]] = OrderedDict()
+        self._used = 0  # own groups some peer trained on (this run)
         self._peers: OrderedDict[str, int] = OrderedDict()  # peer -> uses counted (bounded)
         self._hourly: OrderedDict[int, int] = OrderedDict()  # hour (unix s // 3600) -> uses
         self._buckets = KeyedBuckets(config.rate_per_s, config.burst, 4096)
@@ -92,9 +95,11 @@ class ReceiptBook:
     def published(self, keys: Iterable[str]) -> None:
         with self._lock:
             for key in keys:
-                self.shared += key not in self._published
-                self._published[key] = None
-                self._published.move_to_end(key)
+                if key in self._published:
+                    self._published.move_to_end(key)
+                else:
+                    self.shared += 1
+                    self._published[key] = set()
             while len(self._published) > self.config.remember_published:
                 self._published.popitem(last=False)
 
@@ -110,17 +115,16 @@ class ReceiptBook:
                 return 0
             added = 0
             for key in keys:
-                if key not in self._published:
+                senders = self._published.get(key)
+                if senders is None:
                     self.ignored["unknown_group"] += 1
                     continue
-                if (sender, key) in self._uses:
+                if sender in senders:
                     self.ignored["repeated"] += 1
                     continue
-                self._uses[(sender, key)] = None
-                self._used_keys[key] = None
+                self._used += not senders
+                senders.add(sys.intern(sender))  # one copy of each peer id, not one per receipt
                 added += 1
-            self._trim(self._uses, self.config.remember_published * 8)
-            self._trim(self._used_keys, self.config.remember_published)
             if added:
                 self._peers[sender] = self._peers.pop(sender, 0) + added
                 self._trim(self._peers, 4096)
@@ -139,7 +143,7 @@ class ReceiptBook:
         """What the app shows: groups shared, how many of them peers trained on, how often, by how many
         distinct peers, and uses per hour (oldest first)."""
         with self._lock:
-            return {"shared": self.shared, "used": self._used_before + len(self._used_keys),
+            return {"shared": self.shared, "used": self._used_before + self._used,
                     "uses": sum(self._peers.values()),
                     "peers": len(self._peers), "hourly": [[hour * 3600, n] for hour, n in self._hourly.items()],
                     "ignored": dict(self.ignored)}
@@ -147,7 +151,7 @@ class ReceiptBook:
     def state(self) -> dict[str, Any]:
         """Totals and the hourly history, to be kept across restarts (own keys are not: new groups)."""
         with self._lock:
-            return {"shared": self.shared, "peers": dict(self._peers), "used": self._used_before + len(self._used_keys),
+            return {"shared": self.shared, "peers": dict(self._peers), "used": self._used_before + self._used,
                     "hourly": {str(h): n for h, n in self._hourly.items()}}
 
     def restore(self, state: Any) -> None:

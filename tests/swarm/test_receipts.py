@@ -49,6 +49,23 @@ def test_only_published_groups_count_once_per_peer_within_a_rate() -> None:
     assert summary["ignored"] == {"unknown_group": 1, "repeated": 2, "rate_limited": 1, "not_for_us": 1}
 
 
+def test_a_long_run_keeps_counting_in_bounded_memory() -> None:
+    """The count of own groups peers trained on kept growing past the keys remembered (it stopped at
+    4,096 before), and what is remembered is the newest keys with their senders, nothing more."""
+    clock = Clock()
+    book = ReceiptBook(ReceiptConfig(remember_published=16, rate_per_s=1000, burst=1000), ME, clock)
+    for round_no in range(40):
+        keys = [content_key(make_group(ME, 2 * round_no + i)) for i in range(2)]
+        book.published(keys)
+        assert book.receive(ALICE, ME, keys) == 2 and book.receive(BOB, ME, keys[:1]) == 1
+        clock.now += 1
+    summary = book.summary()
+    assert (summary["shared"], summary["used"], summary["uses"]) == (80, 80, 120)
+    assert len(book._published) == 16 and sum(len(s) for s in book._published.values()) <= 32
+    first = content_key(make_group(ME, 0))
+    assert book.receive(BOB, ME, [first]) == 0 and book.summary()["ignored"]["unknown_group"] == 1
+
+
 def test_totals_survive_a_restart_and_a_rotten_file_is_skipped() -> None:
     book = ReceiptBook(ReceiptConfig(), ME)
     keys = [content_key(make_group(ME, i)) for i in range(2)]
