@@ -140,8 +140,11 @@ def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dic
 
 
 def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float = 10.0,
-        sample_every_s: float = 5.0, model: str = "seed", nice: int = 10) -> dict[str, Any]:
-    """Soak for `minutes` (the committed result: >= 120), fit slopes after `warmup_minutes`."""
+        sample_every_s: float = 5.0, model: str = "seed", nice: int = 10, trace_every_s: float = 0.0) -> dict[str, Any]:
+    """Soak for `minutes` (the committed result: >= 120), fit slopes after `warmup_minutes`.
+    `trace_every_s` > 0: the node runs under tracemalloc (engine/bench/soak_trace.py), snapshots every
+    that many seconds, and the result names the lines whose Python objects grew (`python_growth`);
+    its RSS is then not the untraced node's, and the result is written as soak_trace.{json,md}."""
     if minutes <= warmup_minutes or sample_every_s <= 0:
         raise ValueError("minutes must exceed warmup_minutes, and sample_every_s must be > 0")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -166,8 +169,12 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
                 cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             _wait_http(f"http://127.0.0.1:{port}/status")
             dirs = [Path(tmp) / f"n{i}" for i in range(3)]
+            trace_dir = Path(tmp) / "trace"
             for i, data_dir in enumerate(dirs):
-                cmd = [sys.executable, "-m", "engine", "run", "--headless", "--model", model, "--data-dir",
+                traced = i == 0 and trace_every_s > 0
+                launcher = (["-m", "engine.bench.soak_trace", str(trace_dir), str(trace_every_s), "--"] if traced
+                            else ["-m", "engine"])
+                cmd = [sys.executable, *launcher, "run", "--headless", "--model", model, "--data-dir",
                        str(data_dir), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
                        "127.0.0.1:0", "--seed", str(i)] + (["--control"] if i == 0 else [])
                 log = open(Path(tmp) / f"n{i}.log", "wb")  # noqa: SIM115 -- closed with the process
@@ -199,7 +206,15 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
                     p.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     p.kill()
+        python_growth = None
+        if trace_every_s > 0 and (trace_dir / "latest.snap").exists():
+            from engine.bench.soak_trace import growth
+
+            python_growth = growth(trace_dir / "first.snap", trace_dir / "latest.snap")
     result = summarize(samples, minutes, warmup_minutes, model, crashed)
+    if trace_every_s > 0:
+        result["python_growth"] = python_growth  # None: the run ended before two snapshots
+        return write(result, out_dir, name="soak_trace")
     return write(result, out_dir)
 
 
@@ -263,13 +278,13 @@ def _rounds_by_half(after: list[dict[str, Any]]) -> list[float]:
     return [round((b[1] - a[1]) / max(b[0] - a[0], 1e-9) * 3600, 1) for a, b in ((timed[0], mid), (mid, timed[-1]))]
 
 
-def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def write(result: dict[str, Any], out_dir: Path, name: str = "soak") -> dict[str, Any]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "soak.json").write_text(json.dumps(result, indent=1))
-    (out_dir / "soak.md").write_text(table(result) + "\n")
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (out_dir / f"{name}.md").write_text(table(result) + "\n")
     if result["samples"]:
-        plot(result, out_dir / "soak.png")
+        plot(result, out_dir / f"{name}.png")
     return result
 
 
@@ -305,6 +320,12 @@ def table(result: dict[str, Any]) -> str:
         "", f"Target met: **{'yes' if result['target_met'] else 'no'}**"
         + (f"; a process exited: {result['crashed'][:300]}" if result["crashed"] else ""),
     ]
+    if "python_growth" in result:
+        lines += ["", ("Traced under tracemalloc (its RSS is not an untraced node's). Python objects that grew most "
+                  "between the first and the latest snapshot, by the engine line that allocated them:"), ""]
+        lines += ["| where | grew (KiB) | live now (KiB) |", "|---|---|---|"]
+        lines += [f"| {g['where']} | {g['grew_kib']:+,.1f} | {g['now_kib']:,.1f} |"
+                  for g in result["python_growth"] or []] or ["| (fewer than two snapshots) | | |"]
     return "\n".join(lines)
 
 

@@ -68,3 +68,26 @@ def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
     assert saved["rss_slope_mib_per_hour"] == result["rss_slope_mib_per_hour"]
     assert (tmp_path / "soak.png").stat().st_size > 1000 and "RSS slope" in (tmp_path / "soak.md").read_text()
     assert all(s["rss_heap_part_mib"] is not None for s in samples) and "anon" in result["rss_part_slopes_mib_per_hour"]
+
+
+def test_traced_growth_is_named_by_the_engine_line_that_allocated_it(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from engine.bench import soak_trace
+    from engine.swarm.receipts import ReceiptBook, ReceiptConfig
+
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start(soak_trace.FRAMES)
+    try:
+        book = ReceiptBook(ReceiptConfig(remember_published=1 << 16), "me")
+        soak_trace._snapshot_to(tmp_path / "first.snap")
+        book.published([f"{i:064x}" for i in range(20_000)])  # ~20,000 keys held by the book
+        soak_trace._snapshot_to(tmp_path / "latest.snap")
+    finally:
+        if started:
+            tracemalloc.stop()
+    top = soak_trace.growth(tmp_path / "first.snap", tmp_path / "latest.snap", top=3)
+    assert top[0]["where"].startswith("engine/swarm/receipts.py:") and top[0]["grew_kib"] > 1000, top
+    with pytest.raises(SystemExit, match="usage"):
+        soak_trace.main([str(tmp_path), "60"])
