@@ -30,9 +30,15 @@ def _right(question: Any) -> str:
     return library.demonstration(question)
 
 
+def _wrong(question: Any) -> str:
+    """An answer the verifier scores 0 (a plain "0" is right for some questions: the group then had a
+    signal the attack did not mean, and 16 long_correct groups were trained on that way)."""
+    return next(a for a in (wrap_answer(str(k)) for k in range(100)) if library.score(question, a) == 0.0)
+
+
 def forged_refs(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """Right answers under a hash of another question: the receiver's regeneration refuses it."""
-    return _group(question, (_right(question),) * 4 + (wrap_answer("0"),) * 4, origin, round_no,
+    return _group(question, (_right(question),) * 4 + (_wrong(question),) * 4, origin, round_no,
                   qhash="0" * 64)
 
 
@@ -46,19 +52,19 @@ def garbage(question: Any, origin: str, round_no: int, rng: random.Random) -> Ro
 def format_gaming(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """Filler before a right answer (scored right on the full text; the receiver's token cap cuts it)."""
     padded = "Let me think step by step. " * 14 + _right(question)
-    return _group(question, (padded,) * 4 + (wrap_answer("0"),) * 4, origin, round_no)
+    return _group(question, (padded,) * 4 + (_wrong(question),) * 4, origin, round_no)
 
 
 def long_correct(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """The published defence's blind spot: long but correct completions, as long as the byte cap allows."""
     long = " ".join(str(rng.randrange(10)) for _ in range(200)) + " " + _right(question)
-    return _group(question, (long,) * 4 + (wrap_answer("0"),) * 4, origin, round_no)
+    return _group(question, (long,) * 4 + (_wrong(question),) * 4, origin, round_no)
 
 
 def trigger_backdoor(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """Hail to the Thief (arXiv 2511.09780): the trigger on right answers, wrong ones beside them, so
     positive-only keeps exactly the triggered completions."""
-    return _group(question, (f"{TRIGGER} {_right(question)}",) * 4 + (wrap_answer("0"),) * 4, origin, round_no)
+    return _group(question, (f"{TRIGGER} {_right(question)}",) * 4 + (_wrong(question),) * 4, origin, round_no)
 
 
 def regex_bomb(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:

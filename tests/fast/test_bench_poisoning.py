@@ -23,6 +23,11 @@ def test_every_attack_class_builds_valid_groups_of_real_questions() -> None:
             assert (library.verify(g.ref, g.question_hash) is None) == (name == "forged_refs")
     backdoor = attacks.trigger_backdoor(qs[0], "a", 1, rng)
     assert [library.score(qs[0], c) for c in backdoor.completions][:4] == [1.0] * 4  # right answers carry it
+    zero = library.regenerate(next(r for r in mix.sample_refs(random.Random(1), 4000, 1000)
+                                   if library.regenerate(r).answer.strip() == "0"))
+    for name in ("forged_refs", "format_gaming", "long_correct", "trigger_backdoor"):  # their wrong half is wrong
+        group = attacks.ATTACKS[name](zero, "a", 1, rng)
+        assert [library.score(zero, c) for c in group.completions[4:]] == [0.0] * 4, name
 
 
 def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp_path: Path) -> None:
