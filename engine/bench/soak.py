@@ -142,8 +142,8 @@ def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dic
 def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float = 10.0,
         sample_every_s: float = 5.0, model: str = "seed", nice: int = 10, trace_every_s: float = 0.0) -> dict[str, Any]:
     """Soak for `minutes` (the committed result: >= 120), fit slopes after `warmup_minutes`.
-    `trace_every_s` > 0: the node runs under tracemalloc (engine/bench/soak_trace.py), snapshots every
-    that many seconds, and the result names the lines whose Python objects grew (`python_growth`);
+    `trace_every_s` > 0: the node runs under tracemalloc (engine/bench/soak_trace.py), snapshots once
+    after the warm-up and then every that many seconds, and the result names the lines whose Python objects grew (`python_growth`);
     its RSS is then not the untraced node's, and the result is written as soak_trace.{json,md}."""
     if minutes <= warmup_minutes or sample_every_s <= 0:
         raise ValueError("minutes must exceed warmup_minutes, and sample_every_s must be > 0")
@@ -172,8 +172,10 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
             trace_dir = Path(tmp) / "trace"
             for i, data_dir in enumerate(dirs):
                 traced = i == 0 and trace_every_s > 0
-                launcher = (["-m", "engine.bench.soak_trace", str(trace_dir), str(trace_every_s), "--"] if traced
-                            else ["-m", "engine"])
+                # the first snapshot after the warm-up (and a minute for start-up, slower when traced)
+                first_s = warmup_minutes * 60 + 60
+                launcher = (["-m", "engine.bench.soak_trace", str(trace_dir), str(first_s), str(trace_every_s), "--"]
+                            if traced else ["-m", "engine"])
                 cmd = [sys.executable, *launcher, "run", "--headless", "--model", model, "--data-dir",
                        str(data_dir), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
                        "127.0.0.1:0", "--seed", str(i)] + (["--control"] if i == 0 else [])

@@ -1,8 +1,9 @@
 """The soak's measured node under tracemalloc: which lines' Python objects grow over hours.
 
-`python -m engine.bench.soak_trace DIR EVERY_S -- <sapo arguments>` runs `sapo <arguments>` with
-tracemalloc on and writes a snapshot of the live Python allocations to DIR every EVERY_S seconds
-(`first.snap` once, then `latest.snap` overwritten). `growth(first, latest)` sums each snapshot's
+`python -m engine.bench.soak_trace DIR FIRST_S EVERY_S -- <sapo arguments>` runs `sapo <arguments>`
+with tracemalloc on and writes a snapshot of the live Python allocations to DIR after FIRST_S
+seconds (`first.snap`: after start-up and warm-up, whose imports and caches are not growth) and then
+every EVERY_S seconds (`latest.snap`, overwritten). `growth(first, latest)` sums each snapshot's
 live bytes by the innermost frame in this project's code (where the engine asked for the memory,
 not where json or torch did) and returns the lines that grew most. tracemalloc sees Python's own
 allocations (objects, strings, numpy buffers), not torch's or other C libraries' buffers: a leak it
@@ -35,8 +36,8 @@ def _snapshot_to(path: Path) -> None:
     tmp.replace(path)  # a reader never sees half a snapshot
 
 
-def _dumper(out: Path, every_s: float) -> None:
-    time.sleep(every_s)
+def _dumper(out: Path, first_s: float, every_s: float) -> None:
+    time.sleep(first_s)
     _snapshot_to(out / "first.snap")
     while True:
         time.sleep(every_s)
@@ -66,15 +67,15 @@ def growth(first: Path, latest: Path, top: int = 20) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[2] != "--":
-        raise SystemExit("usage: python -m engine.bench.soak_trace DIR EVERY_S -- <sapo arguments>")
-    out, every_s = Path(argv[0]), float(argv[1])
+    if len(argv) < 4 or argv[3] != "--":
+        raise SystemExit("usage: python -m engine.bench.soak_trace DIR FIRST_S EVERY_S -- <sapo arguments>")
+    out, first_s, every_s = Path(argv[0]), float(argv[1]), float(argv[2])
     out.mkdir(parents=True, exist_ok=True)
     tracemalloc.start(FRAMES)
-    threading.Thread(target=_dumper, args=(out, every_s), name="soak-trace", daemon=True).start()
+    threading.Thread(target=_dumper, args=(out, first_s, every_s), name="soak-trace", daemon=True).start()
     from engine.cli import main as sapo
 
-    return sapo(argv[3:])
+    return sapo(argv[4:])
 
 
 if __name__ == "__main__":

@@ -90,4 +90,4 @@ def test_traced_growth_is_named_by_the_engine_line_that_allocated_it(tmp_path: P
     top = soak_trace.growth(tmp_path / "first.snap", tmp_path / "latest.snap", top=3)
     assert top[0]["where"].startswith("engine/swarm/receipts.py:") and top[0]["grew_kib"] > 1000, top
     with pytest.raises(SystemExit, match="usage"):
-        soak_trace.main([str(tmp_path), "60"])
+        soak_trace.main([str(tmp_path), "60", "60"])
