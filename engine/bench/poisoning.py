@@ -170,7 +170,8 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
         eval_per_specialty: int = 16, replicas: int = 3, extend: bool = False) -> dict[str, Any]:
     """`reputation_classes`: classes run again with the reputation sampler (default: the backdoors).
     `replicas`: perturbed controls (the noise band of a held-out delta). `extend`: add these runs to
-    out_dir's result (same rounds and seed; a run of the same class, sampler and perturbation is replaced)."""
+    out_dir's result (same rounds and seed; a run of the same class, sampler and perturbation is replaced;
+    the controls run again, and each run's rounds/s is compared with its own batch's control)."""
     from engine.bench.attacks import ATTACKS
 
     classes = list(ATTACKS) if classes is None else classes
@@ -185,9 +186,8 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
         if old.get("rounds") != rounds or old.get("seed", seed) != seed:
             raise ValueError("extend: the committed result has other rounds or another seed")
         previous = old["runs"]
-        samplers = [s for s in samplers if not any(r["attack"] == "control" and r["sampler"] == s
-                                                   and not r.get("perturb") for r in previous)]
     start = time.time()
+    batch = time.strftime("%Y-%m-%d %H:%M:%S")  # rounds/s compare within a batch: it reruns its controls
     with multiprocessing.get_context("spawn").Pool(max(1, workers)) as procs:
         traffic = procs.map(_traffic_star, [(i, rounds, seed) for i in range(len(HONEST))], chunksize=1)
         print(f"poisoning: honest traffic ready ({time.time() - start:.0f} s)", flush=True)
@@ -197,11 +197,13 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
         jobs += [(None, rounds, seed, "uniform", eval_per_specialty, traffic, k) for k in range(1, replicas + 1)]
         runs = []
         for done in procs.imap_unordered(_run_star, jobs, chunksize=1):  # progress as each run ends
-            runs.append(done)
+            runs.append({**done, "batch": batch})
             print(f"poisoning: {done['attack']} ({done['sampler']}) done, {done['rounds_per_s']:.2f} rounds/s "
                   f"[{len(runs)}/{len(jobs)}, {(time.time() - start) / 60:.0f} min]", flush=True)
-    def ident(r: dict[str, Any]) -> tuple[str, str, int]:
-        return (r["attack"], r["sampler"], int(r.get("perturb", 0)))
+    def ident(r: dict[str, Any]) -> tuple[str, str, int, str]:
+        """A later run of a class replaces the earlier; a batch's controls stay with their batch."""
+        return (r["attack"], r["sampler"], int(r.get("perturb", 0)),
+                str(r.get("batch")) if r["attack"] == "control" else "")
 
     fresh = {ident(r) for r in runs}
     runs = [r for r in previous if ident(r) not in fresh] + runs
@@ -212,7 +214,9 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
 def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[str, Any]:
     import statistics
 
-    controls = {r["sampler"]: r for r in runs if r["attack"] == "control" and not r.get("perturb")}
+    plain = [r for r in runs if r["attack"] == "control" and not r.get("perturb")]
+    controls = {r["sampler"]: r for r in plain}  # the newest batch's (runs are in batch order)
+    same_batch = {(r["sampler"], r.get("batch")): r for r in plain}  # what a run's rounds/s compare with
     replicas = [r for r in runs if r["attack"] == "control" and r.get("perturb")]
     # The noise of one paired run's held-out delta: the control and its perturbed replicas, none attacked.
     pass1 = [controls["uniform"]["heldout_pass_at_1"]] + [r["heldout_pass_at_1"] for r in replicas]
@@ -222,12 +226,14 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
         if r["attack"] == "control":
             continue
         c = controls[r["sampler"]]
+        t = same_batch.get((r["sampler"], r.get("batch")), c)  # machines drift over an hour: same batch
         classes.append({
             "name": r["attack"], "sampler": r["sampler"], "offered": r["offered"], "pooled": r["pooled"],
-            "trained_on": r["trained_on"], "rounds_per_s_ratio": r["rounds_per_s"] / c["rounds_per_s"],
+            "trained_on": r["trained_on"], "rounds_per_s_ratio": r["rounds_per_s"] / t["rounds_per_s"],
             # the victim's own CPU per round: what contention from other processes cannot move
-            "rounds_per_cpu_s_ratio": (r["rounds_per_cpu_s"] / c["rounds_per_cpu_s"]
-                                       if "rounds_per_cpu_s" in r and "rounds_per_cpu_s" in c else None),
+            "rounds_per_cpu_s_ratio": (r["rounds_per_cpu_s"] / t["rounds_per_cpu_s"]
+                                       if "rounds_per_cpu_s" in r and "rounds_per_cpu_s" in t else None),
+            "timed_against_batch": t.get("batch"),
             "heldout_delta": r["heldout_pass_at_1"] - c["heldout_pass_at_1"],
             "heldout_delta_relative": (r["heldout_pass_at_1"] - c["heldout_pass_at_1"]) / max(c["heldout_pass_at_1"], 1e-9),
             "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - c["logp_trigger"],
