@@ -1,9 +1,9 @@
 """The soak's measured node under tracemalloc: which lines' Python objects grow over hours.
 
 `python -m engine.bench.soak_trace DIR FIRST_S EVERY_S -- <sapo arguments>` runs `sapo <arguments>`
-with tracemalloc on and writes a snapshot of the live Python allocations to DIR after FIRST_S
-seconds (`first.snap`: after start-up and warm-up, whose imports and caches are not growth) and then
-every EVERY_S seconds (`latest.snap`, overwritten). `growth(first, latest)` sums each snapshot's
+and after FIRST_S seconds (start-up and warm-up, whose imports and caches are not growth) turns
+tracemalloc on: a minute later it writes a snapshot of the live Python allocations made since
+(`first.snap`), then one every EVERY_S seconds (`latest.snap`, overwritten). `growth(first, latest)` sums each snapshot's
 live bytes by the innermost frame in this project's code (where the engine asked for the memory,
 not where json or torch did) and returns the lines that grew most. tracemalloc sees Python's own
 allocations (objects, strings, numpy buffers), not torch's or other C libraries' buffers: a leak it
@@ -25,6 +25,7 @@ from typing import Any
 from engine.paths import REPO_ROOT
 
 FRAMES = 16  # frames per trace: enough to climb from json or torch back into the engine
+SETTLE_S = 60.0  # after tracing starts, the first snapshot waits out the round in flight
 _OWN = str(REPO_ROOT / "engine")
 
 
@@ -37,7 +38,11 @@ def _snapshot_to(path: Path) -> None:
 
 
 def _dumper(out: Path, first_s: float, every_s: float) -> None:
+    # Tracing starts only now: traced from the start, a loaded node's start-up imports took over ten
+    # minutes (every allocation walks its frames), and what start-up allocates is not growth anyway.
     time.sleep(first_s)
+    tracemalloc.start(FRAMES)
+    time.sleep(SETTLE_S)
     _snapshot_to(out / "first.snap")
     while True:
         time.sleep(every_s)
@@ -71,7 +76,6 @@ def main(argv: list[str]) -> int:
         raise SystemExit("usage: python -m engine.bench.soak_trace DIR FIRST_S EVERY_S -- <sapo arguments>")
     out, first_s, every_s = Path(argv[0]), float(argv[1]), float(argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(FRAMES)
     threading.Thread(target=_dumper, args=(out, first_s, every_s), name="soak-trace", daemon=True).start()
     from engine.cli import main as sapo
 
