@@ -54,7 +54,7 @@ def by_own_line(snapshot: tracemalloc.Snapshot) -> Counter[str]:
     sizes: Counter[str] = Counter()
     for trace in snapshot.traces:
         where = "other"
-        for frame in trace.traceback:  # innermost first
+        for frame in reversed(trace.traceback):  # tracemalloc lists the oldest frame first
             if frame.filename.startswith(_OWN):
                 where = f"{frame.filename[len(str(REPO_ROOT)) + 1:]}:{frame.lineno}"
                 break
