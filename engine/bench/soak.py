@@ -170,10 +170,10 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
             _wait_http(f"http://127.0.0.1:{port}/status")
             dirs = [Path(tmp) / f"n{i}" for i in range(3)]
             trace_dir = Path(tmp) / "trace"
+            # tracing starts after the warm-up (and a minute for start-up, slower when traced)
+            first_s = warmup_minutes * 60 + 60
             for i, data_dir in enumerate(dirs):
                 traced = i == 0 and trace_every_s > 0
-                # the first snapshot after the warm-up (and a minute for start-up, slower when traced)
-                first_s = warmup_minutes * 60 + 60
                 launcher = (["-m", "engine.bench.soak_trace", str(trace_dir), str(first_s), str(trace_every_s), "--"]
                             if traced else ["-m", "engine"])
                 cmd = [sys.executable, *launcher, "run", "--headless", "--model", model, "--data-dir",

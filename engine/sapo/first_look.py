@@ -69,12 +69,13 @@ class FirstLook:
         self._reward_fn = reward_fn
         self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
 
-    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float,
-              filter_zero_advantage: bool) -> tuple[list[Look], list[tuple[RolloutGroup, str]], int, int]:
-        """-> (candidates that may be drawn, those the screens left without signal with the reason,
-        groups pending, completions the screen removed from groups first judged now)."""
+    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float, filter_zero_advantage: bool
+              ) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[RolloutGroup, str]], int, int]:
+        """-> (candidates that may be drawn, each with its view shaped by this round's format weight;
+        those the screens left without signal with the reason; groups pending; completions the screen
+        removed from groups first judged now)."""
         current: dict[int, Look] = {}
-        looks: list[Look] = []
+        looks: list[tuple[Look, RolloutGroup]] = []
         dropped: list[tuple[RolloutGroup, str]] = []
         pending = removed = 0
         fresh = [v for v in candidates if id(v) not in self._looks and not v.group.is_local]
@@ -83,18 +84,22 @@ class FirstLook:
                 self.guard.observe(v.group, v.question.text)
         for v in candidates:
             look = self._looks.get(id(v))
+            first = look is None
             if look is None:
                 if not v.group.is_local and not self._ready(v):
                     pending += 1
                     continue
-                look = self._look(v, format_weight, filter_zero_advantage)
+                look = self._look(v)
                 removed += look.removed
             current[id(v)] = look
-            why = look.drop_reason(shape_rewards(look.view, format_weight), filter_zero_advantage)
+            shaped = shape_rewards(look.view, format_weight)
+            why = look.drop_reason(shaped, filter_zero_advantage)
+            if first and not v.group.is_local:  # its origin's record: once per group
+                self.reputation.record(v.group.provenance.origin_peer, flagged=look.removed > 0 or bool(why))
             if why:
                 dropped.append((v.group, why))
             else:
-                looks.append(look)
+                looks.append((look, shaped))
         self._looks = current
         return looks, dropped, pending, removed
 
@@ -104,14 +109,10 @@ class FirstLook:
             return True
         return self.guard.questions_seen(v.group.provenance.origin_peer) >= self.guard.cfg.min_questions
 
-    def _look(self, v: VerifiedGroup, format_weight: float, filter_zero_advantage: bool) -> Look:
+    def _look(self, v: VerifiedGroup) -> Look:
         group = v.group
         screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
         view, ids, cut = self._fit(screened)
         if cut:  # scored on the text it is trained on: the cut text is scored again
             view = score_group(view, v.question, self._reward_fn)
-        look = Look(v, view, ids, removed, cut)
-        if not group.is_local:
-            flagged = removed > 0 or bool(look.drop_reason(shape_rewards(view, format_weight), filter_zero_advantage))
-            self.reputation.record(group.provenance.origin_peer, flagged=flagged)
-        return look
+        return Look(v, view, ids, removed, cut)

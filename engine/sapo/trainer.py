@@ -153,12 +153,8 @@ class Trainer:
         # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
         # the draw: a group the screens leave without signal never takes one of the J slots.
         looks, dropped, pending, repeated = self.first_look.judge(external, weight, cfg.filter_zero_advantage)
-        look_of: dict[int, Look] = {}
-        shaped_ext: list[RolloutGroup] = []
-        for look in looks:
-            g = shape_rewards(look.view, weight)
-            look_of[id(g)] = look
-            shaped_ext.append(g)
+        look_of: dict[int, Look] = {id(shaped): look for look, shaped in looks}
+        shaped_ext = [shaped for _, shaped in looks]
         j = cfg.num_external
         if self.j_bandit is not None:  # last round's J earned this round's own reward; pick this round's
             own = [r for lg in local for r in (lg.group.rewards or ())]

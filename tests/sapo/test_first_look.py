@@ -45,7 +45,7 @@ def test_a_fresh_origin_waits_until_it_can_be_judged_then_is_judged_once(tmp_pat
     assert (eligible, dropped, pending, removed) == ([], [], 4, 0)  # two questions each: too few to tell
     later = first + [_honest(_q(2)), _backdoor(_q(2))]
     eligible, dropped, pending, removed = look.judge(later, 0.0, True)
-    assert {x.verified.group.provenance.origin_peer for x in eligible} == {"honest"} and len(eligible) == 3
+    assert {x.verified.group.provenance.origin_peer for x, _ in eligible} == {"honest"} and len(eligible) == 3
     assert [why for _, why in dropped] == [DROP_REPEATED_TEXT] * 3 and pending == 0 and removed == 6
     snap = look.reputation.snapshot()
     assert snap["poisoner"]["groups"] == 3 and snap["poisoner"]["flagged"] > 2.9  # (decayed counts)
