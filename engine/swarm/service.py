@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
@@ -31,12 +30,13 @@ from engine.swarm.board_client import BoardClient, nats_board_factory, resolve_b
 from engine.swarm.config import SwarmConfig
 from engine.swarm.errors import DuplicateIdentityError, TransportError
 from engine.swarm.identity import Identity, name_for
+from engine.swarm.lan import LanDiscovery, advertised_host
 from engine.swarm.loops import Backoff, TaskSet
-from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
+from engine.swarm.mdns import MdnsPeer
 from engine.swarm.peers import PeerInfo, PeerTable
 from engine.swarm.pool import PoolDecision, RolloutPool
 from engine.swarm.receipt_courier import ReceiptCourier
-from engine.swarm.transport import Link, dial, listen, server_port
+from engine.swarm.transport import Link, dial, listen, server_port, source_host
 from engine.swarm.wire import Hello
 
 STABLE_LINK_S = 10.0  # a link that lived this long resets the reconnect backoff
@@ -68,11 +68,11 @@ class SwarmService:
         self._peer_links: dict[str, Link] = {}  # peer id -> its open direct link
         self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
         self._inbound_per_ip: dict[str, int] = {}  # remote IP -> open inbound links
-        self._mdns_peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
         self._tasks = TaskSet(self._crashed)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
         self._server: Server | None = None
-        self._mdns: MdnsService | None = None
+        self.lan = LanDiscovery(identity, self.model, self.tasks, config.max_connections, self._mdns_dial_later,
+                                self._log)
         self._listen_url = ""
         self._started_at = time.time()
         self._stopping = False
@@ -98,8 +98,8 @@ class SwarmService:
             self._server = await listen(self._accept, cfg.listen_host, cfg.listen_port, cfg.limits, cfg.link,
                                         process_request=self._gate)
             port = server_port(self._server)
-            interfaces = self._mdns_interfaces() if cfg.mdns else []
-            host = cfg.advertise_host or (interfaces[0] if interfaces else _advertise(cfg.listen_host))
+            interfaces = self.lan.interfaces(cfg.mdns_interfaces) if cfg.mdns else []
+            host = cfg.advertise_host or (interfaces[0] if interfaces else advertised_host(cfg.listen_host))
             self._listen_url = f"ws://{host}:{port}"
             if cfg.mdns:
                 await self._start_mdns(port, interfaces)
@@ -113,9 +113,7 @@ class SwarmService:
     async def stop(self) -> None:
         """Bye on every link, mDNS goodbye, close the listener."""
         self._stopping = True
-        if self._mdns is not None:
-            await self._mdns.stop()
-            self._mdns = None
+        await self.lan.stop()
         await asyncio.gather(*(link.close(p.BYE_LEAVING) for link in list(self._links)))
         await self._tasks.cancel_all()
         self._save_replay_state()
@@ -276,7 +274,7 @@ class SwarmService:
     async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
         for event in events:
             if isinstance(event, p.RolloutsReceived):
-                await self._received(event.groups, _source_address(link))
+                await self._received(event.groups, source_host(link))
             elif isinstance(event, p.HelloReceived):
                 await self._hello(link, event)
             elif isinstance(event, p.PeersReceived):
@@ -293,7 +291,7 @@ class SwarmService:
                         and self._peer_links.get(link.peer_id) is link:
                     # The peer itself said (signed) that it is leaving: stop dialling it now. Its mDNS goodbye
                     # can be undone on this host by a late announcement zeroconf had queued before it.
-                    self._mdns_lost(link.peer_id)
+                    self.lan.lost(link.peer_id)
             elif isinstance(event, p.ReceiptReceived):
                 self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
@@ -370,7 +368,7 @@ class SwarmService:
         failures = 0
         while not self._stopping:
             if peer_id is not None:
-                record = self._mdns_peers.get(peer_id)
+                record = self.lan.record(peer_id)
                 if record is None:
                     return
                 url = record.url
@@ -399,47 +397,22 @@ class SwarmService:
                 await asyncio.sleep(backoff.next())
 
     # --- mDNS ----------------------------------------------------------------------------------------
-    def _mdns_interfaces(self) -> list[str]:
-        addrs, up = system_interfaces()
-        chosen = pick_interfaces(addrs, up, self.config.mdns_interfaces)
-        if not chosen:
-            self._log("warning", "swarm: mDNS found no usable network interface (virtual bridges and VPNs "
-                      "are skipped); set mdns_interfaces to choose one, or use a bootstrap server")
-        return chosen
-
     async def _start_mdns(self, port: int, interfaces: list[str]) -> None:
-        if not interfaces:
-            return
-        self._mdns = MdnsService(self.identity, port, self.model, self.tasks, interfaces,
-                                 self._mdns_found, self._mdns_lost, self._mdns_duplicate)
         try:
-            await self._mdns.start()
+            await self.lan.start(port, interfaces)
         except DuplicateIdentityError as exc:
-            self._mdns = None
             self.duplicate_identity = exc
             self._log("error", f"swarm: {exc}")
             await self.stop()
             raise
 
-    def _mdns_found(self, peer: MdnsPeer) -> None:
-        known = peer.peer_id in self._mdns_peers
-        if not known and len(self._mdns_peers) >= self.config.max_connections:
-            return  # a LAN flooding us with announcements must not spawn unbounded dialers
-        self._mdns_peers[peer.peer_id] = peer
-        if not known and not self._stopping:
-            self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
+    def _mdns_dial_later(self, peer: MdnsPeer) -> None:
+        self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
 
     async def _mdns_dial(self, peer: MdnsPeer) -> None:
         if self.identity.peer_id > peer.peer_id:
             await asyncio.sleep(MDNS_YIELD_S)
         await self._dial_loop(peer.url, "mdns", peer_id=peer.peer_id)
-
-    def _mdns_lost(self, peer_id: str) -> None:
-        self._mdns_peers.pop(peer_id, None)
-
-    def _mdns_duplicate(self, url: str) -> None:
-        self._log("warning", f"swarm: mDNS shows another node with this node's identity at {url} "
-                  "(copied data dir?); the one started later will leave the swarm when they meet")
 
     # --- events ---------------------------------------------------------------------------------------
     def _peer_event(self, info: PeerInfo) -> None:
@@ -453,23 +426,3 @@ class SwarmService:
 
     def _crashed(self, name: str, exc: BaseException) -> None:
         self._log("error", f"swarm: background task {name!r} failed: {type(exc).__name__}: {exc}")
-
-
-def _advertise(listen_host: str) -> str:
-    """A host peers can dial when no interface was chosen for mDNS."""
-    if listen_host not in ("0.0.0.0", "::", ""):
-        return listen_host
-    addrs, up = system_interfaces()
-    usable = pick_interfaces(addrs, up, None)
-    return usable[0] if usable else "127.0.0.1"
-
-
-def _source_address(link: Link) -> str:
-    """The host a direct peer link comes from (its groups share one pool quota with every identity
-    there); "" for a bootstrap's relay, which forwards many hosts' frames."""
-    if link.hello is not None and link.hello.role == "bootstrap":
-        return ""
-    address = link.address
-    if "://" in address:
-        return urlsplit(address).hostname or ""
-    return address.rsplit(":", 1)[0].strip("[]")

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -255,3 +256,14 @@ def _closed_reason(exc: ConnectionClosed) -> str:
     if exc.rcvd is None:
         return "connection lost"
     return f"closed by peer ({exc.rcvd.code}{': ' + exc.rcvd.reason if exc.rcvd.reason else ''})"
+
+
+def source_host(link: Link) -> str:
+    """The host a direct peer link comes from (its groups share one pool quota with every identity
+    there); "" for a bootstrap's relay, which forwards many hosts' frames."""
+    if link.hello is not None and link.hello.role == "bootstrap":
+        return ""
+    address = link.address
+    if "://" in address:
+        return urlsplit(address).hostname or ""
+    return address.rsplit(":", 1)[0].strip("[]")

@@ -57,7 +57,7 @@ async def test_two_nodes_find_each_other_and_goodbye() -> None:
         await a.service.stop()
         # Goodbye: b forgets a's announcement (no redial loop against a stopped node), by a's signed
         # bye on the link or its mDNS goodbye, whichever comes first.
-        await wait_for(lambda: not b.service._mdns_peers, timeout=10, what="mDNS goodbye")
+        await wait_for(lambda: not b.service.lan.peers, timeout=10, what="mDNS goodbye")
         assert not b.peer_ids()
     finally:
         await a.service.stop()

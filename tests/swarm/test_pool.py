@@ -251,10 +251,10 @@ def test_identities_behind_one_address_share_one_quota() -> None:
 def test_a_links_source_address_is_its_host_and_relays_have_none() -> None:
     from types import SimpleNamespace
 
-    from engine.swarm.service import _source_address
+    from engine.swarm.transport import source_host
 
     node = SimpleNamespace(role="node")
-    assert _source_address(SimpleNamespace(hello=node, address="203.0.113.7:51234")) == "203.0.113.7"
-    assert _source_address(SimpleNamespace(hello=node, address="[2001:db8::1]:7000")) == "2001:db8::1"
-    assert _source_address(SimpleNamespace(hello=node, address="ws://10.0.0.5:7700")) == "10.0.0.5"
-    assert _source_address(SimpleNamespace(hello=SimpleNamespace(role="bootstrap"), address="ws://b:7700")) == ""
+    assert source_host(SimpleNamespace(hello=node, address="203.0.113.7:51234")) == "203.0.113.7"
+    assert source_host(SimpleNamespace(hello=node, address="[2001:db8::1]:7000")) == "2001:db8::1"
+    assert source_host(SimpleNamespace(hello=node, address="ws://10.0.0.5:7700")) == "10.0.0.5"
+    assert source_host(SimpleNamespace(hello=SimpleNamespace(role="bootstrap"), address="ws://b:7700")) == ""

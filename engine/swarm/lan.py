@@ -1,0 +1,87 @@
+"""LanDiscovery: the swarm service's mDNS glue. It picks the interfaces to announce on, keeps the latest
+record of each peer found on the LAN (bounded by max_connections, so a LAN flooding us with
+announcements cannot spawn unbounded dialers) and asks the service to dial each new one.
+
+A copy of this node's identity announced on the LAN is detected by `MdnsService`; here it only becomes
+a warning (the peer seen later) or the error `start` raises (the copy was there first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from engine.swarm.errors import DuplicateIdentityError
+from engine.swarm.identity import Identity
+from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
+
+
+class LanDiscovery:
+    """Runs on the service's asyncio loop. `dial(peer)` is called once per newly found peer id."""
+
+    def __init__(self, identity: Identity, model: str, tasks: str, max_peers: int,
+                 dial: Callable[[MdnsPeer], None], log: Callable[[str, str], None]) -> None:
+        self.identity = identity
+        self.model = model
+        self.tasks = tasks
+        self.max_peers = max_peers
+        self._dial = dial
+        self._log = log
+        self.peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
+        self._mdns: MdnsService | None = None
+        self._stopping = False
+
+    def interfaces(self, wanted: Sequence[str] | None) -> list[str]:
+        """The interfaces to announce on (`wanted`, or every usable one); a warning when none is."""
+        addrs, up = system_interfaces()
+        chosen = pick_interfaces(addrs, up, wanted)
+        if not chosen:
+            self._log("warning", "swarm: mDNS found no usable network interface (virtual bridges and VPNs "
+                      "are skipped); set mdns_interfaces to choose one, or use a bootstrap server")
+        return chosen
+
+    async def start(self, port: int, interfaces: list[str]) -> None:
+        """Announce and browse. Raises DuplicateIdentityError when a copy of us is already announced."""
+        if not interfaces:
+            return
+        self._mdns = MdnsService(self.identity, port, self.model, self.tasks, interfaces,
+                                 self._found, self.lost, self._duplicate)
+        try:
+            await self._mdns.start()
+        except DuplicateIdentityError:
+            self._mdns = None
+            raise
+
+    async def stop(self) -> None:
+        """Say goodbye on the LAN; no more dials are asked for."""
+        self._stopping = True
+        if self._mdns is not None:
+            await self._mdns.stop()
+            self._mdns = None
+
+    def record(self, peer_id: str) -> MdnsPeer | None:
+        """The latest record of a peer on the LAN; None once it has left."""
+        return self.peers.get(peer_id)
+
+    def lost(self, peer_id: str) -> None:
+        self.peers.pop(peer_id, None)
+
+    def _found(self, peer: MdnsPeer) -> None:
+        known = peer.peer_id in self.peers
+        if not known and len(self.peers) >= self.max_peers:
+            return
+        self.peers[peer.peer_id] = peer
+        if not known and not self._stopping:
+            self._dial(peer)
+
+    def _duplicate(self, url: str) -> None:
+        self._log("warning", f"swarm: mDNS shows another node with this node's identity at {url} "
+                  "(copied data dir?); the one started later will leave the swarm when they meet")
+
+
+def advertised_host(listen_host: str) -> str:
+    """A host peers can dial when no interface was chosen for mDNS."""
+    if listen_host not in ("0.0.0.0", "::", ""):
+        return listen_host
+    addrs, up = system_interfaces()
+    usable = pick_interfaces(addrs, up, None)
+    return usable[0] if usable else "127.0.0.1"
