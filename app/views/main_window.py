@@ -28,10 +28,11 @@ from app.models import AppModel
 from app.theme import app_icon
 from app.tray import TrayIcon
 from app.views.dashboard import DashboardView
+from app.views.engine_actions import EngineActions
 from app.views.fleet import LOCAL_NAME, FleetView, local_entry
 from app.views.header import Header
 from app.views.log import LogView
-from app.views.machine import MachineView, progress_text, short_model_name
+from app.views.machine import MachineView
 from app.views.peers import PeersView
 from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
@@ -50,7 +51,7 @@ PER_ENGINE_TABS = (("dashboard", "Dashboard"), ("rollouts", "Shared rollouts"), 
 FLEET_TAB_INDEX = 3  # after Peers: the one tab that is the same whichever engine is shown
 
 
-class MainWindow(QMainWindow):
+class MainWindow(EngineActions, QMainWindow):
     """Shows one engine at a time: this window's own (`home`, always linked: its tray, its exit) or
     another engine of the fleet, switched to in place from the Fleet tab. The header's buttons and
     the tabs act on the engine shown; the tray always on this machine's."""
@@ -271,109 +272,6 @@ class MainWindow(QMainWindow):
         node = self.model.node
         self.header.show_node(node, self.session.busy, "" if self.session.home else self.session.name)
         self.machine.set_current_model(node.model, node.connected and node.state in ("stopped", "paused"))
-
-    def refresh_status(self, session: EngineSession | None = None) -> None:
-        """The header's model, device and backend change when a join loads the model or a model
-        switch lands; events don't carry them, so ask for the status (one call in flight at most)."""
-        s = session or self.session
-        if not s.model.node.connected:
-            return
-        if s.status_calls:
-            s.status_stale = True
-            return
-        s.status_calls += 1
-
-        def reply(result: Any, _error: str | None) -> None:
-            s.status_calls -= 1
-            if isinstance(result, dict):
-                s.model.node.apply_identity(result)
-                s.model.peers.apply_status(result)
-                self._update_header()
-            if s.status_stale:
-                s.status_stale = False
-                self.refresh_status(s)
-        s.bridge.call("status", None, reply)
-
-    # --- actions (all non-blocking; on the engine shown unless told which) ----------------------------
-    def _call(self, method: str, params: dict[str, Any] | None = None,
-              done: Callable[[Any], None] | None = None, session: EngineSession | None = None) -> None:
-        s = session or self.session
-
-        def reply(result: Any, error: str | None) -> None:
-            if error is not None:
-                s.model.log.add("error", f"{method} failed: {error}")
-                self.statusBar().showMessage(f"{method} failed: {error}", 10_000)
-            elif done is not None:
-                done(result)
-        s.bridge.call(method, params, reply)
-
-    def toggle_join(self, session: EngineSession | None = None) -> None:
-        s = session or self.session
-        node = s.model.node
-        if not node.connected or s.busy:
-            return
-        method = "join" if node.state == "stopped" else "leave"
-        s.busy = True
-        self._update_header()
-
-        def reply(_result: Any, error: str | None) -> None:
-            s.busy = False
-            if error is not None:
-                s.model.log.add("error", f"{method} failed: {error}")
-                self.statusBar().showMessage(f"Could not {method}: {error}", 10_000)
-            self._update_header()
-        s.bridge.call(method, None, reply)
-
-    def pause_after_round(self, session: EngineSession | None = None) -> None:
-        self._call("pause", {"after_round": True}, session=session)
-
-    def resume(self, session: EngineSession | None = None) -> None:
-        self._call("resume", session=session)
-
-    def snooze(self, seconds: float, session: EngineSession | None = None) -> None:
-        s = session or self.session
-
-        def shown_settings(result: Any) -> None:
-            if s is self.session:
-                self.settings.show_settings(result)
-        self._call("snooze", {"seconds": seconds}, lambda _: self._call("get_settings", None, shown_settings, s), s)
-
-    def _apply_settings(self, changes: dict[str, Any]) -> None:
-        s, view = self.session, self.settings
-
-        def reply(result: Any, error: str | None) -> None:
-            if error is not None:
-                view.show_error(f"Not applied: {error}")
-                return
-            if isinstance(result, dict):
-                s.model.settings = result
-                view.show_settings(result)
-            view.show_info(f"Saved at {time.strftime('%H:%M:%S')}.")
-        s.bridge.call("update_settings", {"changes": changes}, reply)
-
-    def _fetch_machine(self) -> None:
-        s, view = self.session, self.machine
-        view.show_message("Checking…")
-
-        def done(result: Any) -> None:
-            if isinstance(result, dict):
-                s.model.machine = result
-                view.show_machine(result)
-                view.show_message("")
-        self._call("machine", None, done, s)
-
-    def _switch_model(self, model_id: str) -> None:
-        name = short_model_name(model_id)
-        s, view = self.session, self.machine
-
-        def reply(_result: Any, error: str | None) -> None:  # the same words as the progress events
-            if error is not None:
-                view.show_message(progress_text(ModelProgress(model_id, "error", 0, 0, error)), error=True)
-                return
-            view.show_message(progress_text(ModelProgress(model_id, "ready", 1, 1)))
-            self.refresh_status(s)
-        view.show_message(f"Switching to {name}…")
-        s.bridge.call("select_model", {"model_id": model_id}, reply)
 
     # --- window and app lifetime ---------------------------------------------------------------------
     def showEvent(self, event: QShowEvent) -> None:
