@@ -30,6 +30,28 @@ def test_floors_ignore_the_sawtooth_and_follow_a_leak() -> None:
     assert soak.fit_slope(t, v) == pytest.approx(5.0, abs=0.3)
 
 
+def test_theil_sen_ignores_one_dipped_window_but_not_a_steady_leak() -> None:
+    t = [(12.5 + 5 * i) / 60 for i in range(22)]  # 22 floors of 5-min windows after a 10-min warm-up
+    dipped = [481.2, 475.6] + [482.9] * 20  # flat, but for one low window just after the warm-up
+    assert soak.fit_slope(t, dipped) > 1.0  # least squares reads the dip as +1.2 MiB/h of growth
+    slope, low, high = soak.theil_sen(t, dipped)
+    assert slope == pytest.approx(0.0) and low <= slope <= high
+    leak = [480 + 3.0 * x + (0.4 if i % 2 else -0.4) for i, x in enumerate(t)]  # 3 MiB/h under noise
+    slope, low, high = soak.theil_sen(t, leak)
+    assert slope == pytest.approx(3.0, abs=0.5) and low > 1.0  # a leak is not explained away
+    assert soak.theil_sen(t[:2], leak[:2]) is None
+
+
+def test_the_judged_slope_is_the_robust_one_with_least_squares_beside_it() -> None:
+    samples = [{"t_s": 30.0 * i, "rss_mib": 480.0 - 6.0 * (40 <= i < 50), "fds": 12, "threads": 5,
+                "store_mib": 1.0, "round": i, "pool_size": 10, "state": "in_swarm"} for i in range(240)]
+    result = soak.summarize(samples, 120.0, 10.0, "seed")  # one 5-min window 6 MiB low, else flat
+    assert result["rss_slope_method"].startswith("theil-sen")
+    assert result["rss_slope_mib_per_hour"] == pytest.approx(0.0) and result["target_met"]
+    assert result["rss_slope_least_squares_mib_per_hour"] > 0.5
+    assert "Theil-Sen" in soak.table(result) and "least squares" in soak.table(result)
+
+
 def test_summary_flags_growth_in_descriptors() -> None:
     samples = [{"t_s": 60.0 * i, "rss_mib": 400.0, "fds": 12 + (i >= 50), "threads": 5, "store_mib": 1.0,
                 "round": i, "pool_size": 10, "state": "in_swarm"} for i in range(60)]
