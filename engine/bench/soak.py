@@ -263,18 +263,18 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
     rss = [s["rss_mib"] for s in after]
     window_h = max(5.0 / 60, (minutes - warmup_minutes) / 60 / 24)  # >= 24 windows, each >= 5 min
     floor_t, floor_v = floors(ts_h, rss, window_h)
-    robust = theil_sen(floor_t, floor_v)
+    robust, least_squares = theil_sen(floor_t, floor_v), fit_slope(floor_t, floor_v)
 
     rounds = [s["round"] for s in samples if isinstance(s.get("round"), int)]
     pools = [s["pool_size"] for s in samples if isinstance(s.get("pool_size"), int)]
     result = {
         "model": model, "minutes": minutes, "warmup_minutes": warmup_minutes, "samples": samples,
         "rounds": (rounds[-1] - rounds[0]) if len(rounds) > 1 else 0,
-        # judged: Theil-Sen on the floors (see the module docstring); least squares beside it
-        "rss_slope_method": "theil-sen over window floors",
-        "rss_slope_mib_per_hour": robust[0] if robust else fit_slope(floor_t, floor_v),
+        # judged: Theil-Sen on the floors (see the module docstring), least squares with under 3 floors
+        "rss_slope_method": "theil-sen over window floors" if robust else "least squares over window floors",
+        "rss_slope_mib_per_hour": robust[0] if robust else least_squares,
         "rss_slope_ci95": [robust[1], robust[2]] if robust else None,
-        "rss_slope_least_squares_mib_per_hour": fit_slope(floor_t, floor_v),
+        "rss_slope_least_squares_mib_per_hour": least_squares,
         "rss_slope_se": slope_se(floor_t, floor_v),
         "rss_slope_all_samples_mib_per_hour": slope("rss_mib"), "rss_slope_all_samples_se": slope_se(ts_h, rss),
         "rss_floor_window_minutes": window_h * 60,
