@@ -16,7 +16,8 @@ from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_int
 
 
 class LanDiscovery:
-    """Runs on the service's asyncio loop. `dial(peer)` is called once per newly found peer id."""
+    """Runs on the service's asyncio loop. `dial(peer)` is called once per newly found peer id (the
+    service ignores it once it is stopping)."""
 
     def __init__(self, identity: Identity, model: str, tasks: str, max_peers: int,
                  dial: Callable[[MdnsPeer], None], log: Callable[[str, str], None]) -> None:
@@ -28,7 +29,6 @@ class LanDiscovery:
         self._log = log
         self.peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
         self._mdns: MdnsService | None = None
-        self._stopping = False
 
     def interfaces(self, wanted: Sequence[str] | None) -> list[str]:
         """The interfaces to announce on (`wanted`, or every usable one); a warning when none is."""
@@ -52,8 +52,7 @@ class LanDiscovery:
             raise
 
     async def stop(self) -> None:
-        """Say goodbye on the LAN; no more dials are asked for."""
-        self._stopping = True
+        """Say goodbye on the LAN."""
         if self._mdns is not None:
             await self._mdns.stop()
             self._mdns = None
@@ -70,7 +69,7 @@ class LanDiscovery:
         if not known and len(self.peers) >= self.max_peers:
             return
         self.peers[peer.peer_id] = peer
-        if not known and not self._stopping:
+        if not known:
             self._dial(peer)
 
     def _duplicate(self, url: str) -> None:

@@ -407,7 +407,8 @@ class SwarmService:
             raise
 
     def _mdns_dial_later(self, peer: MdnsPeer) -> None:
-        self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
+        if not self._stopping:  # also after a copy of us was met: mDNS still runs, the swarm is left
+            self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
 
     async def _mdns_dial(self, peer: MdnsPeer) -> None:
         if self.identity.peer_id > peer.peer_id:
