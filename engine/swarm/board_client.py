@@ -1,8 +1,11 @@
 """A node's side of the board (asyncio glue around board.py's sans-I/O reader).
 
-Connects to the board's servers (retrying with backoff while they are unreachable), puts the node's
-latest signed rollouts frame under its own key, and fetches J frames of others per round; the reader
-checks every fetched frame before its groups go to the pool like those from a direct link.
+Connects to the board's servers (retrying with backoff while they are unreachable) and stays connected:
+a board the servers closed (a credential that expired while the bootstrap was away, a server's error)
+is replaced by a new connection, and a renewed credential moves the live connection onto it before the
+old one expires. Puts the node's latest signed rollouts frame under its own key, and fetches J frames
+of others per round; the reader checks every fetched frame before its groups go to the pool like those
+from a direct link.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class BoardClient:
 
     def set_credential(self, jwt: str, expires_at: float) -> bool:
         """Keep a credential from our bootstrap if it is for our key and still valid; the board's
-        servers check the rest. Reconnects use the newest one (renewal needs no reconnect)."""
+        servers check the rest. Every (re)connect uses the newest one; `reauthenticate` moves a live
+        connection onto it."""
         try:
             claims = decode_jwt(jwt)
         except ValueError as exc:
@@ -78,8 +82,38 @@ class BoardClient:
     def connected(self) -> bool:
         return self.board is not None
 
+    async def reauthenticate(self) -> None:
+        """A renewed credential arrived: reconnect the live board with it (the servers close a
+        connection when the JWT it authenticated with expires)."""
+        board = self.board
+        renew = getattr(board, "reauthenticate", None)
+        if renew is None:
+            return
+        try:
+            await renew()
+        except Exception as exc:  # noqa: BLE001 -- the connection is gone anyway: keep_connected replaces it
+            self._log("warning", f"swarm: could not renew the board connection's credential ({self._why(exc)})")
+
+    async def keep_connected(self, urls: Sequence[str], backoff: Backoff) -> None:
+        """Connect, and connect again whenever the servers close the board for good (a task for the
+        node's whole stay in the swarm: cancelled when it leaves)."""
+        while True:
+            await self.connect_loop(urls, backoff)
+            board = self.board
+            closed = getattr(board, "closed", None)
+            if closed is None:  # a board that cannot close under us (the in-process one)
+                return
+            await closed.wait()
+            if self.board is not board:  # closed by close(): the node is leaving
+                return
+            self.board = None
+            why = getattr(board, "close_reason", "") or "closed by the server"
+            self._log("warning", f"swarm: the board connection ended ({why}); reconnecting")
+            backoff.reset()
+            await asyncio.sleep(backoff.next())
+
     async def connect_loop(self, urls: Sequence[str], backoff: Backoff) -> None:
-        """Until connected (a task: cancelled when the node leaves)."""
+        """Until connected."""
         self.urls = tuple(urls)
         # TCP first; websockets (through NAT and HTTP proxies) when TCP cannot get through.
         groups = [g for g in (tuple(u for u in self.urls if not u.startswith(("ws://", "wss://"))),

@@ -4,11 +4,17 @@ Stream settings do the board's bookkeeping on the server: `max_msgs_per_subject=
 node's previous frame), `max_age` (frames older than the pool's staleness vanish), `max_msg_size` (the
 protocol's frame limit), `allow_direct` (reads served by any replica, without the JetStream API
 round trip). A fetch is one direct get "first message at or after sequence s on sapo.rollouts.*":
-O(1) per fetch however many nodes there are. nats-py reconnects across the cluster's servers by itself.
+O(1) per fetch however many nodes there are. nats-py reconnects across the cluster's servers by itself,
+but a server's `-ERR` (a user JWT that expired on a live connection, say) closes its client for good:
+`closed` is then set, every call fails fast without touching the client (nats-py leaves a response
+future in its request map for each request made on a closed client, forever), and the owner makes a
+new board (board_client.py). `reauthenticate` moves a live connection to a renewed credential before
+the server would close it for the old one.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +42,22 @@ class NatsBoard:
         self.nc: Any = None
         self.js: Any = None
         self.size = 0  # frames (= nodes: one per key) on the board at the last extent()
+        self.closed = asyncio.Event()  # the client is closed for good (by us, or by a server's -ERR)
+        self.close_reason = ""  # the server's error, when it closed us
+
+    async def _on_closed(self) -> None:
+        err = getattr(self.nc, "last_error", None) if self.nc is not None else None
+        self.close_reason = str(err) if err else ""
+        self.closed.set()
+
+    def _live(self) -> Any:
+        """The client, or ConnectionClosedError without calling it once it is closed."""
+        nc = self.nc
+        if nc is None or nc.is_closed:
+            from nats.errors import ConnectionClosedError
+
+            raise ConnectionClosedError
+        return nc
 
     async def connect(self, timeout_s: float = 5.0) -> NatsBoard:
         import nats
@@ -44,7 +66,7 @@ class NatsBoard:
         try:  # the first connect fails fast (a refused credential must be reported, not retried forever)
             self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=False,
                                          max_reconnect_attempts=1, reconnect_time_wait=0.2, error_cb=quiet_errors,
-                                         **self.connect_options)
+                                         closed_cb=self._on_closed, **self.connect_options)
         except Exception as exc:  # nats-py raises several unrelated types here
             why = str(exc) or type(exc).__name__
             hint = ("the board refused this node's credential (expired, or from another swarm): the bootstrap "
@@ -68,11 +90,18 @@ class NatsBoard:
                 await self.js.update_stream(config)
         return self
 
+    async def reauthenticate(self) -> None:
+        """Reconnect now, with the credential callback's current (renewed) JWT: the server closes a
+        connection whose JWT expires, and a renewal alone does not reach a live connection."""
+        await self._live().force_reconnect()
+
     async def put(self, peer_id: str, frame: bytes) -> int:
+        self._live()
         ack = await self.js.publish(key_subject(peer_id, self.prefix), frame, stream=self.stream)
         return int(ack.seq)
 
     async def extent(self) -> tuple[int, int]:
+        self._live()
         info = await self.js.stream_info(self.stream)
         self.size = int(info.state.messages)
         if not info.state.messages:
@@ -82,6 +111,7 @@ class NatsBoard:
     async def get_from(self, slot: int) -> BoardFrame | None:
         from nats.js.errors import NotFoundError
 
+        self._live()
         try:
             msg = await self.js.get_msg(self.stream, seq=max(1, slot), subject=f"{self.prefix}.*", next=True,
                                         direct=True)
@@ -92,7 +122,7 @@ class NatsBoard:
     async def send_receipt(self, origin: str, frame: bytes) -> None:
         from engine.swarm.receipts import receipt_subject
 
-        await self.nc.publish(receipt_subject(origin), frame)  # core NATS: nobody listening, nothing kept
+        await self._live().publish(receipt_subject(origin), frame)  # core NATS: nobody listening, nothing kept
 
     async def on_receipts(self, me: str, handler: Callable[[bytes], None]) -> None:
         from engine.swarm.receipts import receipt_subject
@@ -101,13 +131,14 @@ class NatsBoard:
             handler(bytes(msg.data or b""))
 
         # Bounded: a flood past 256 pending receipts is dropped by the client, not queued forever.
-        await self.nc.subscribe(receipt_subject(me), cb=deliver, pending_msgs_limit=256,
+        await self._live().subscribe(receipt_subject(me), cb=deliver, pending_msgs_limit=256,
                                 pending_bytes_limit=4 << 20)
 
     async def close(self) -> None:
         if self.nc is not None:
             await self.nc.close()
             self.nc = None
+        self.closed.set()
 
 
 async def create_board_stream(urls: str | Sequence[str], authority: Any, *, stream: str = STREAM,

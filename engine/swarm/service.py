@@ -217,7 +217,7 @@ class SwarmService:
             if wait_credential_s:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.board.got_credential.wait(), wait_credential_s)
-            await self.board.connect_loop(urls, backoff)
+            await self.board.keep_connected(urls, backoff)
         self._tasks.spawn("board", run())
 
     def _new_link(self, ws: Any, initiator: bool, address: str, found_by: str) -> Link:
@@ -295,8 +295,10 @@ class SwarmService:
             elif isinstance(event, p.ReceiptReceived):
                 self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
-                if self._relays.get(link.address) is link:  # only from a bootstrap we chose to dial
-                    self.board.set_credential(event.jwt, event.expires_at)
+                # only from a bootstrap we chose to dial; a live board moves onto the renewed credential
+                if self._relays.get(link.address) is link and self.board.set_credential(event.jwt, event.expires_at) \
+                        and self.board.connected:
+                    self._tasks.spawn("board-renew", self.board.reauthenticate())
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
                 await link.close("self connection", bye=False)

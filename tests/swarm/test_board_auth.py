@@ -172,3 +172,58 @@ def test_a_node_that_cannot_reach_tcp_uses_the_websocket(tmp_path) -> None:  # t
             await client.close()
 
         asyncio.run(main())
+
+
+@pytest.mark.timeout(90)
+def test_the_board_connection_outlives_its_credentials() -> None:
+    """The servers close a connection whose JWT expires (nats-py then gives up for good): a renewal moves
+    the live connection onto the new JWT first, and a connection that expired anyway (no renewal in
+    time) is replaced once a renewal comes, with nothing asked of the dead client meanwhile."""
+    from engine.swarm.board_client import BoardClient, nats_board_factory
+    from engine.swarm.loops import Backoff
+    from engine.swarm.nats_board import create_board_stream
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig
+
+    auth = Authority.generate()
+    with NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None, auth_config=auth.server_config())) as srv:
+        async def main() -> None:
+            await create_board_stream(srv.url, auth)
+            me = Identity.generate()
+            proto = p.SwarmProtocol(me, ProtocolLimits())
+            logs: list[str] = []
+            client = BoardClient(proto, lambda lvl, msg: logs.append(msg), nats_board_factory(60, 1 << 20))
+
+            async def put_works() -> bool:
+                (frame,) = proto.encode_rollouts([make_group(me.peer_id)])
+                return await client.put(frame)
+
+            async def until(check, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+                deadline = time.monotonic() + timeout_s
+                while not check():
+                    assert time.monotonic() < deadline, logs
+                    await asyncio.sleep(0.05)
+
+            short = auth.issue(me.peer_id, "SAPO_ROLLOUTS", 3)
+            assert client.set_credential(short.jwt, short.expires_at)
+            task = asyncio.create_task(client.keep_connected([srv.url], Backoff(0.1, 0.5)))
+            await until(lambda: client.connected, 10)
+            first = client.board
+            # renewed before it expires: the live connection moves onto the new JWT and stays up
+            renewed = auth.issue(me.peer_id, "SAPO_ROLLOUTS", 7)  # JWTs expire on whole seconds
+            assert client.set_credential(renewed.jwt, renewed.expires_at)
+            await client.reauthenticate()
+            await asyncio.sleep(max(0.0, short.expires_at - time.time()) + 1.5)
+            assert client.board is first and not first.closed.is_set(), logs
+            assert await put_works()
+            # no renewal in time: the servers close it; puts fail fast, and a late renewal heals it
+            await until(lambda: not client.connected, renewed.expires_at - time.time() + 5)
+            assert first.closed.is_set() and any("board connection ended" in m for m in logs)
+            assert not await put_works()
+            late = auth.issue(me.peer_id, "SAPO_ROLLOUTS", 60)
+            assert client.set_credential(late.jwt, late.expires_at)
+            await until(lambda: client.connected, 15)
+            assert client.board is not first and await put_works()
+            await client.close()
+            await asyncio.wait_for(task, 5)  # a deliberate close ends the loop instead of reconnecting
+
+        asyncio.run(main())
