@@ -31,6 +31,7 @@ from engine.paths import BENCH_DIR, REPO_ROOT
 DESCRIPTION = "a node and two peers for hours: RSS, descriptors, threads, store and pool over time"
 LONG = True
 RSS_SLOPE_TARGET_MIB_PER_H = 1.0
+BOARD_CONNECTED_TARGET = 0.95  # share of samples after the warm-up with the node on its board
 
 
 def _wait_http(url: str, timeout_s: float = 60.0) -> None:
@@ -151,6 +152,8 @@ def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dic
               "round": status.get("round"), "pool_size": swarm.get("pool_size"), "state": status.get("state")}
     for kind, mib in (rss_parts(node.pid) or {}).items():
         sample[f"rss_{kind}_part_mib"] = mib
+    board = swarm.get("board") or {}
+    sample["board_connected"], sample["board_put_errors"] = board.get("connected"), board.get("put_errors")
     heap = (status.get("memory") or {}).get("heap") or {}
     sample["heap_in_use_mib"], sample["heap_free_held_mib"] = heap.get("in_use_mib"), heap.get("free_held_mib")
     for name, other in others.items():
@@ -265,6 +268,11 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
     floor_t, floor_v = floors(ts_h, rss, window_h)
     robust, least_squares = theil_sen(floor_t, floor_v), fit_slope(floor_t, floor_v)
 
+    # The board stays up for the whole soak (credentials are renewed, a closed connection replaced): a
+    # soak whose node lost its board measured the wrong node (that one leaked in the failing calls).
+    on_board = [s["board_connected"] for s in after if isinstance(s.get("board_connected"), bool)]
+    board_share = sum(on_board) / len(on_board) if on_board else None
+    put_errors = [s["board_put_errors"] for s in after if isinstance(s.get("board_put_errors"), int)]
     rounds = [s["round"] for s in samples if isinstance(s.get("round"), int)]
     pools = [s["pool_size"] for s in samples if isinstance(s.get("pool_size"), int)]
     result = {
@@ -289,12 +297,14 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
         "rss_part_slopes_mib_per_hour": {kind: slope(f"rss_{kind}_part_mib") for kind in ("heap", "anon", "file")
                                          if any(s.get(f"rss_{kind}_part_mib") is not None for s in after)},
         "rounds_per_hour_by_half": _rounds_by_half(after),
+        "board_connected_share": board_share, "board_put_errors": put_errors[-1] - put_errors[0] if put_errors else None,
         "peer_rss_slopes_mib_per_hour": {k[:-8]: slope(k) for k in (samples[0] if samples else {})
                                          if k.endswith("_rss_mib")},
         "crashed": crashed, "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     result["target_met"] = (not crashed and len(after) >= 2 and result["rss_slope_mib_per_hour"] < RSS_SLOPE_TARGET_MIB_PER_H
-                            and result["fd_growth"] <= 0 and result["thread_growth"] <= 0)
+                            and result["fd_growth"] <= 0 and result["thread_growth"] <= 0
+                            and (board_share is None or board_share >= BOARD_CONNECTED_TARGET))
     return result
 
 
@@ -319,6 +329,10 @@ def write(result: dict[str, Any], out_dir: Path, name: str = "soak") -> dict[str
 
 def _ci(interval: list[float] | None) -> str:
     return "" if not interval else f"(95%: {interval[0]:+.3f} to {interval[1]:+.3f})"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def _se(value: float | None) -> str:
@@ -353,6 +367,8 @@ def table(result: dict[str, Any]) -> str:
         (f"| rounds trained (per hour, each half) | {result['rounds']} ("
          + " / ".join(f"{v:,.0f}" for v in result.get("rounds_per_hour_by_half") or []) + ") | |"),
         f"| peers' / bootstrap's RSS slopes | {peers} MiB/h | |",
+        (f"| node on its board (share of samples) / failed puts | {_share(result.get('board_connected_share'))} / "
+         f"{result.get('board_put_errors')} | ≥ {BOARD_CONNECTED_TARGET:.0%} |"),
         "", f"Target met: **{'yes' if result['target_met'] else 'no'}**"
         + (f"; a process exited: {result['crashed'][:300]}" if result["crashed"] else ""),
     ]

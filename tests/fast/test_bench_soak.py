@@ -62,6 +62,19 @@ def test_summary_flags_growth_in_descriptors() -> None:
     assert soak.summarize(flat, minutes=60, warmup_minutes=5, model="seed")["target_met"]
 
 
+def test_a_node_that_lost_its_board_fails_the_soak() -> None:
+    """Memory flat, but the board gone for the second half (as when its credential expired unrenewed):
+    not the node the soak means to measure."""
+    samples = [{"t_s": 60.0 * i, "rss_mib": 400.0, "fds": 12, "threads": 5, "store_mib": 1.0, "round": i,
+                "pool_size": 10, "state": "in_swarm", "board_connected": i < 30, "board_put_errors": max(0, i - 30)}
+               for i in range(60)]
+    result = soak.summarize(samples, minutes=60, warmup_minutes=5, model="seed")
+    assert result["board_connected_share"] == pytest.approx(25 / 55) and result["board_put_errors"] == 29
+    assert not result["target_met"] and "on its board" in soak.table(result)
+    healed = [dict(s, board_connected=True, board_put_errors=0) for s in samples]
+    assert soak.summarize(healed, minutes=60, warmup_minutes=5, model="seed")["target_met"]
+
+
 def test_resident_memory_splits_into_heap_anonymous_and_file_pages() -> None:
     import os
 
@@ -86,6 +99,7 @@ def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
     assert len(samples) >= 10 and all(s["rss_mib"] > 50 and s["threads"] >= 1 for s in samples)
     assert samples[-1]["round"] > samples[0]["round"]  # the node trains while it is watched
     assert any(s["pool_size"] for s in samples)  # and pools its peers' groups
+    assert samples[-1]["board_connected"] is True  # through the bootstrap's board
     saved = json.loads((tmp_path / "soak.json").read_text())
     assert saved["rss_slope_mib_per_hour"] == result["rss_slope_mib_per_hour"]
     assert (tmp_path / "soak.png").stat().st_size > 1000 and "RSS slope" in (tmp_path / "soak.md").read_text()
