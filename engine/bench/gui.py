@@ -35,7 +35,7 @@ def _model(tmp: Path) -> tuple[str, str]:
     return str(path), "tiny random policy (no seed model installed)"
 
 
-def _one(model: str, seconds: float, low_priority: bool, tmp: Path) -> dict[str, Any]:
+def _one(model: str, seconds: float, low_priority: bool, tmp: Path, stacks: bool = False) -> dict[str, Any]:
     from engine.control.launcher import poll_engine, start_engine, stop_engine
 
     data_dir = Path(tempfile.mkdtemp(dir=tmp))
@@ -49,6 +49,8 @@ def _one(model: str, seconds: float, low_priority: bool, tmp: Path) -> dict[str,
                 raise RuntimeError("the engine did not start within 120 s")
             time.sleep(0.2)
         env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("SAPO_BENCH_QPA", "offscreen")}
+        if stacks:  # where each long stall was (app.bench's StackSampler); it nudges the timings a little
+            env["SAPO_BENCH_STACKS"] = "1"
         out = subprocess.run([sys.executable, "-m", "app.bench", str(data_dir), str(seconds)], cwd=REPO_ROOT,
                              env=env, capture_output=True, text=True, timeout=seconds + 1200, check=False)
         if out.returncode != 0:
@@ -62,10 +64,11 @@ def _one(model: str, seconds: float, low_priority: bool, tmp: Path) -> dict[str,
 
 
 def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0, models: str = "seed,smollm2-135m",
-        real_seconds: float = 90.0) -> dict[str, Any]:
+        real_seconds: float = 90.0, stacks: bool = False) -> dict[str, Any]:
     """`models`: comma-separated; "seed" (or a tiny random policy where the seed is not built) and
     catalog ids of real models (skipped when not installed). A real model's rounds take tens of
-    seconds on a CPU, so it is watched for `real_seconds` (half watching, half switching tabs)."""
+    seconds on a CPU, so it is watched for `real_seconds` (half watching, half switching tabs). `stacks`
+    samples the app's Qt thread so each long stall says where it was (a diagnosis run, not the result)."""
     from engine.models.backends import resolve_model_id
     from engine.models.catalog import get
 
@@ -86,7 +89,7 @@ def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0, models: str = "seed,sm
                     continue
                 model, label, secs = name, spec.id, real_seconds
             for low_priority in (True, False):
-                runs.append({**_one(model, secs, low_priority, tmp), "model_label": label})
+                runs.append({**_one(model, secs, low_priority, tmp, stacks), "model_label": label})
     watching = [r["watching"] for r in runs if r["watching"].get("samples")]
     worst = max((w["max_stall_ms"] for w in watching), default=float("inf"))
     p99 = max((w["p99_stall_ms"] for w in watching), default=float("inf"))
