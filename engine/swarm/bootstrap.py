@@ -23,6 +23,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from engine.swarm import protocol as p
+from engine.swarm.admission import InboundGate
 from engine.swarm.config import BootstrapConfig
 from engine.swarm.identity import Identity, name_for
 from engine.swarm.loops import TaskSet
@@ -32,12 +33,6 @@ from engine.swarm.wire import Hello, PeerEntry
 PEERS_COALESCE_S = 0.1  # joins/leaves within this window produce one `peers` frame
 LIVENESS_PROBE_S = 2.0  # a new instance of a connected id: ping the old link this long before replacing it
 Log = Callable[[str, str], None]
-
-
-def _ip(connection: Any) -> str:
-    """The remote IP address of a server connection ("" where the transport does not say)."""
-    address = getattr(connection, "remote_address", None)
-    return str(address[0]) if address else ""
 
 
 def _stderr_log(level: str, message: str) -> None:
@@ -57,7 +52,8 @@ class BootstrapServer:
         self.protocol = p.SwarmProtocol(self.identity, config.limits)
         self._log = log
         self._links: set[Link] = set()
-        self._per_ip: dict[str, int] = {}  # remote IP -> open inbound connections
+        self._gate = InboundGate(config.max_connections, config.max_connections_per_ip,
+                                 "bootstrap at its connection cap; try again later\n")
         self._nodes: dict[str, Link] = {}  # peer id -> open link of a node
         self._tasks = TaskSet(lambda name, exc: log("error", f"task {name} failed: {exc!r}"))
         self._server: Server | None = None
@@ -65,7 +61,6 @@ class BootstrapServer:
         self._started_at = time.time()
         self.rollout_frames = 0  # rollout frames accepted for relay
         self.frames_relayed = 0  # deliveries (one frame to one link)
-        self.refused_per_ip = 0  # handshakes refused by the per-address cap
         self._stopping = False
         # peer id -> a board credential (.jwt, .expires_at): nodes write only their own board key
         self._issue = issue_credential
@@ -121,15 +116,7 @@ class BootstrapServer:
         if "upgrade" not in request.headers.get("Connection", "").lower():
             text = b"SAPO Swarm bootstrap server. Peers connect here with websockets; see /status\n"
             return Response(200, "OK", Headers({"Content-Type": "text/plain"}), text)
-        if len(self._links) >= self.config.max_connections or self._stopping:
-            return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
-                            b"bootstrap at its connection cap; try again later\n")
-        cap = self.config.max_connections_per_ip
-        if cap and self._per_ip.get(_ip(connection), 0) >= cap:
-            self.refused_per_ip += 1
-            return Response(429, "Too Many Requests", Headers({"Content-Type": "text/plain"}),
-                            f"{cap} connections from this address already\n".encode())
-        return None
+        return self._gate.refuse(connection, len(self._links), self._stopping)
 
     def status(self) -> dict[str, Any]:
         now = time.time()
@@ -142,7 +129,7 @@ class BootstrapServer:
             "service": "sapo-bootstrap", "protocol": p.PROTOCOL_VERSION, "id": self.identity.peer_id,
             "name": self.identity.name, "uptime_s": round(now - self._started_at, 1),
             "connections": len(self._links), "max_connections": self.config.max_connections,
-            "max_connections_per_ip": self.config.max_connections_per_ip, "refused_per_ip": self.refused_per_ip,
+            "max_connections_per_ip": self.config.max_connections_per_ip, "refused_per_ip": self._gate.refused_per_ip,
             "peers": peers,
             "frames": {"accepted": self.protocol.accepted, "rollouts": self.rollout_frames,
                        "relayed": self.frames_relayed,
@@ -163,14 +150,8 @@ class BootstrapServer:
 
     async def _accept(self, ws: ServerConnection) -> None:
         host, port = ws.remote_address[:2]
-        ip = _ip(ws)
-        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        try:
+        with self._gate.holding(ws):
             await self._run_link(self._new_link(ws, False, f"{host}:{port}"))
-        finally:
-            left = self._per_ip.pop(ip) - 1
-            if left:
-                self._per_ip[ip] = left
 
     async def _run_link(self, link: Link) -> None:
         self._links.add(link)

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection
-from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
 from engine.sapo.records import LOCAL_PEER, RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm import replay_state
+from engine.swarm.admission import InboundGate
 from engine.swarm.board_client import BoardClient, nats_board_factory, resolve_board_urls
 from engine.swarm.config import SwarmConfig
 from engine.swarm.errors import DuplicateIdentityError, TransportError
@@ -67,7 +67,7 @@ class SwarmService:
         self._links: set[Link] = set()  # every live link, in handshake or open
         self._peer_links: dict[str, Link] = {}  # peer id -> its open direct link
         self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
-        self._inbound_per_ip: dict[str, int] = {}  # remote IP -> open inbound links
+        self._gate = InboundGate(config.max_connections, config.max_inbound_per_ip, "node at its connection cap\n")
         self._tasks = TaskSet(self._crashed)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
         self._server: Server | None = None
@@ -77,7 +77,7 @@ class SwarmService:
         self._started_at = time.time()
         self._stopping = False
         self.duplicate_identity: DuplicateIdentityError | None = None  # set when a copy was detected
-        self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0, "refused_per_ip": 0}
+        self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
         self._replay_state = replay_state  # where the replay guard outlives this process
         self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
             config.pool.max_age_s, config.limits.max_frame_bytes), on_receipt=self._board_receipt)
@@ -96,7 +96,7 @@ class SwarmService:
         self.receipts.load()
         if cfg.listen:
             self._server = await listen(self._accept, cfg.listen_host, cfg.listen_port, cfg.limits, cfg.link,
-                                        process_request=self._gate)
+                                        process_request=self._admit)
             port = server_port(self._server)
             interfaces = self.lan.interfaces(cfg.mdns_interfaces) if cfg.mdns else []
             host = cfg.advertise_host or (interfaces[0] if interfaces else advertised_host(cfg.listen_host))
@@ -175,7 +175,7 @@ class SwarmService:
 
     def stats(self) -> dict[str, Any]:
         links = tuple(self._links)  # one C-level copy: the loop may add or drop links meanwhile
-        return {**dict(self.counters), "links": len(links), "direct_peers": len(self._peer_links),
+        return {**dict(self.counters), "refused_per_ip": self._gate.refused_per_ip, "links": len(links), "direct_peers": len(self._peer_links),
                 "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
                 "refusals": self.protocol.refusals.snapshot(), "known_peers": len(self.table),
                 "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats(),
@@ -227,28 +227,13 @@ class SwarmService:
                     write_timeout_s=self.config.link.write_timeout_s, initiator=initiator, address=address,
                     found_by=found_by)
 
-    def _gate(self, connection: ServerConnection, request: Request) -> Response | None:
-        if len(self._links) >= self.config.max_connections or self._stopping:
-            return Response(503, "Service Unavailable", Headers({"Content-Type": "text/plain"}),
-                            b"node at its connection cap\n")
-        address = getattr(connection, "remote_address", None)
-        ip = str(address[0]) if address else ""
-        if self._inbound_per_ip.get(ip, 0) >= self.config.max_inbound_per_ip:
-            self.counters["refused_per_ip"] += 1
-            return Response(429, "Too Many Requests", Headers({"Content-Type": "text/plain"}),
-                            f"{self.config.max_inbound_per_ip} links from this address already\n".encode())
-        return None
+    def _admit(self, connection: ServerConnection, request: Request) -> Response | None:
+        return self._gate.refuse(connection, len(self._links), self._stopping)
 
     async def _accept(self, ws: ServerConnection) -> None:
         host, port = ws.remote_address[:2]
-        ip = str(host)
-        self._inbound_per_ip[ip] = self._inbound_per_ip.get(ip, 0) + 1
-        try:
+        with self._gate.holding(ws):
             await self._run_link(self._new_link(ws, False, f"{host}:{port}", "inbound"))
-        finally:
-            left = self._inbound_per_ip.pop(ip) - 1
-            if left:
-                self._inbound_per_ip[ip] = left
 
     async def _run_link(self, link: Link) -> None:
         self._links.add(link)
@@ -296,8 +281,9 @@ class SwarmService:
                 self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
                 # only from a bootstrap we chose to dial; a live board moves onto the renewed credential
-                if self._relays.get(link.address) is link and self.board.set_credential(event.jwt, event.expires_at) \
-                        and self.board.connected:
+                accepted = self._relays.get(link.address) is link and self.board.set_credential(event.jwt,
+                                                                                                 event.expires_at)
+                if accepted and self.board.connected:
                     self._tasks.spawn("board-renew", self.board.reauthenticate())
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
