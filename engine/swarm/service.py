@@ -175,7 +175,8 @@ class SwarmService:
 
     def stats(self) -> dict[str, Any]:
         links = tuple(self._links)  # one C-level copy: the loop may add or drop links meanwhile
-        return {**dict(self.counters), "refused_per_ip": self._gate.refused_per_ip, "links": len(links), "direct_peers": len(self._peer_links),
+        return {**dict(self.counters), "refused_per_ip": self._gate.refused_per_ip, "links": len(links),
+                "direct_peers": len(self._peer_links),
                 "bootstraps": sorted(self._relays), "frames_accepted": self.protocol.accepted,
                 "refusals": self.protocol.refusals.snapshot(), "known_peers": len(self.table),
                 "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats(),
@@ -281,9 +282,8 @@ class SwarmService:
                 self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
                 # only from a bootstrap we chose to dial; a live board moves onto the renewed credential
-                accepted = self._relays.get(link.address) is link and self.board.set_credential(event.jwt,
-                                                                                                 event.expires_at)
-                if accepted and self.board.connected:
+                ours = self._relays.get(link.address) is link
+                if ours and self.board.set_credential(event.jwt, event.expires_at) and self.board.connected:
                     self._tasks.spawn("board-renew", self.board.reauthenticate())
             elif isinstance(event, p.SelfConnection):
                 link.close_reason = "self"
