@@ -33,6 +33,9 @@ class ContributorSettings:
     # the model last switched to in the app (catalog id, "seed" or a model directory); the engine
     # trains it after a restart unless `sapo run --model` names one. "" = the engine's default
     model: str = ""
+    # wss:// bootstraps and the board's TLS servers must chain to a CA in this PEM file (a swarm that
+    # runs its own CA hands it out); "" = the system's CAs. `sapo run --ca FILE` overrides it
+    ca_file: str = ""
 
     def __post_init__(self) -> None:
         if self.bootstrap_url and not self.bootstrap_url.startswith(("ws://", "wss://")):
@@ -51,6 +54,8 @@ class ContributorSettings:
             raise ValueError("max_temperature_c must be at most 150")
         if len(self.model) > 1024 or any(ord(ch) < 32 or ord(ch) == 127 for ch in self.model):
             raise ValueError("model must be at most 1024 characters, without control characters")
+        if len(self.ca_file) > 4096 or any(ord(ch) < 32 or ord(ch) == 127 for ch in self.ca_file):
+            raise ValueError("ca_file must be a file path of at most 4096 characters, without control characters")
 
     @classmethod
     def from_dict(cls, data: Any, base: ContributorSettings | None = None) -> ContributorSettings:

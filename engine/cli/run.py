@@ -18,10 +18,14 @@ def register(sub: Any) -> None:
     p.add_argument("--headless", action="store_true", help="no GUI (the engine process; the default)")
     p.add_argument("--solo", action="store_true", help="train alone: no swarm links, J = 0")
     p.add_argument("--bootstrap", action="append", default=[], metavar="URL",
-                   help="ws:// rendezvous + relay server (repeatable)")
+                   help="ws:// or wss:// (TLS) rendezvous server (repeatable)")
+    p.add_argument("--ca", type=Path, default=None, metavar="FILE",
+                   help="check wss:// bootstraps and the board's TLS servers against the CA certificates in "
+                        "FILE (PEM) only: a swarm with its own CA. Default: the settings' ca_file, else the "
+                        "system's CAs")
     p.add_argument("--peer", action="append", default=[], metavar="URL", help="ws:// peer to dial directly")
     p.add_argument("--nats", action="append", default=[], metavar="URL",
-                   help="the swarm's board on a NATS cluster (nats://host:port; repeatable). Default: the "
+                   help="the swarm's board on a NATS cluster (nats:// or tls://host:port; repeatable). Default: the "
                         "one the bootstrap names")
     p.add_argument("--no-mdns", action="store_true", help="don't announce or browse the LAN")
     p.add_argument("--listen", default=None, metavar="HOST:PORT", help="peer listener (default 0.0.0.0:0)")
@@ -98,14 +102,30 @@ def build_config(args: argparse.Namespace) -> Any:
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
     data_dir = (args.data_dir or default_data_dir()).expanduser()
-    model = args.model or ContributorSettings.load(data_dir).model or "seed"
+    settings = ContributorSettings.load(data_dir)
+    model = args.model or settings.model or "seed"
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
-                        peer_urls=tuple(args.peer), board_urls=tuple(args.nats), mdns=not args.no_mdns)
+                        peer_urls=tuple(args.peer), board_urls=tuple(args.nats), mdns=not args.no_mdns,
+                        ca_file=_ca_file(args.ca) or settings.ca_file)
     return NodeConfig(data_dir=data_dir, model=model,
                       mix=args.mix, sapo=sapo, real_sapo=real,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,
                       backend=args.backend, llamacpp=LlamaCppConfig(weights=args.llamacpp_weights,
                                                                     kv_layout=args.llamacpp_kv))
+
+
+def _ca_file(path: Path | None) -> str:
+    """--ca, checked now: a CA file that cannot be used stops the command with what is wrong with it
+    (the settings' ca_file is not: a node started by the app logs the reason at each dial instead)."""
+    from engine.swarm.tls import TlsError, client_context
+
+    if path is None:
+        return ""
+    try:
+        client_context(path)
+    except TlsError as exc:
+        raise ValueError(f"--ca: {exc}") from exc
+    return str(path.expanduser().resolve())
 
 
 def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:

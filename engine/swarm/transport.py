@@ -31,6 +31,7 @@ from websockets.exceptions import (
 from engine.swarm.config import LinkConfig, ProtocolLimits
 from engine.swarm.errors import CapacityError, ConnectError, TransportError
 from engine.swarm.protocol import PeerConnection, ProtocolEvent
+from engine.swarm.tls import TlsError, client_context
 from engine.swarm.wire import Hello
 
 Websocket = ClientConnection | ServerConnection
@@ -60,6 +61,8 @@ def explain(url: str, exc: BaseException, timeout_s: float) -> TransportError:
     if isinstance(exc, InvalidURI):
         return ConnectError(url, "not a valid websocket URL", "write it as ws://host:port")
     if isinstance(exc, InvalidHandshake):
+        if url.startswith("ws://"):  # a TLS listener answers a plain handshake with garbage, or nothing
+            peer_hint += " if the server uses TLS, write wss://"
         return ConnectError(url, f"not a websocket server ({exc})", peer_hint)
     if isinstance(exc, ConnectionRefusedError):
         return ConnectError(url, "connection refused", "is the server running? check the URL/port/firewall")
@@ -68,8 +71,13 @@ def explain(url: str, exc: BaseException, timeout_s: float) -> TransportError:
     if isinstance(exc, TimeoutError):
         return ConnectError(url, f"no answer within {timeout_s:g} s",
                             "is the host up and the port open? a firewall may be dropping the packets")
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return ConnectError(url, f"its TLS certificate is not trusted ({exc.verify_message})",
+                            "a swarm with its own CA: give its CA file (sapo run --ca FILE, or the CA file "
+                            "setting); otherwise check the host name and the server's certificate chain")
     if isinstance(exc, ssl.SSLError):
-        return ConnectError(url, f"TLS failed ({exc.reason})", "check the certificate, or use ws:// on a LAN")
+        return ConnectError(url, f"TLS failed ({exc.reason})", "is it a TLS server? check the certificate, "
+                            "or use ws:// on a LAN")
     if isinstance(exc, OSError) and exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
         return ConnectError(url, "network unreachable", "check this machine's network connection and routes")
     if isinstance(exc, ConnectionClosed):
@@ -80,19 +88,28 @@ def explain(url: str, exc: BaseException, timeout_s: float) -> TransportError:
     return ConnectError(url, f"{type(exc).__name__}: {exc}", "check the URL/port/firewall")
 
 
-async def dial(url: str, limits: ProtocolLimits, link: LinkConfig) -> ClientConnection:
-    """Open a websocket to `url`; failures raise a ConnectError/CapacityError worded for users."""
+async def dial(url: str, limits: ProtocolLimits, link: LinkConfig, ca_file: str = "") -> ClientConnection:
+    """Open a websocket to `url`; failures raise a ConnectError/CapacityError worded for users. A wss://
+    server's certificate is checked against the system's CAs, or only those in `ca_file`."""
+    options = ws_options(limits, link)
+    if url.startswith("wss://"):
+        try:
+            options["ssl"] = client_context(ca_file or None)
+        except TlsError as exc:
+            raise ConnectError(url, str(exc), "fix the CA file setting (sapo run --ca FILE)") from exc
     try:
-        return await connect(url, open_timeout=link.connect_timeout_s, **ws_options(limits, link))
+        return await connect(url, open_timeout=link.connect_timeout_s, **options)
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI, ConnectionClosed) as exc:
         raise explain(url, exc, link.connect_timeout_s) from exc
 
 
 async def listen(handler: Callable[[ServerConnection], Awaitable[None]], host: str, port: int,
-                 limits: ProtocolLimits, link: LinkConfig, process_request: Any = None) -> Server:
-    """Start a websocket server; a busy port gives a TransportError saying what to do."""
+                 limits: ProtocolLimits, link: LinkConfig, process_request: Any = None,
+                 tls: ssl.SSLContext | None = None) -> Server:
+    """Start a websocket server (wss:// given a `tls` server context); a busy port gives a TransportError
+    saying what to do."""
     try:
-        return await serve(handler, host, port, process_request=process_request,
+        return await serve(handler, host, port, process_request=process_request, ssl=tls,
                            open_timeout=link.connect_timeout_s, **ws_options(limits, link))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
