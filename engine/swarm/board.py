@@ -3,7 +3,8 @@ its own key; each round it fetches J frames of others. Egress per node is one fr
 ingress J frames, whatever the swarm's size: the internet path never broadcasts.
 
     BoardReader   sans-I/O: which slots to fetch (uniform over the board today; the sampling policy
-                  lives here), which fetched frames are new, and the checks every fetched frame passes
+                  lives here), which fetched frames are new (a restarted board numbers its slots
+                  afresh: the reader notices and forgets), and the checks every fetched frame passes
                   (size, signature, replay, schema, origin = signer) before its groups reach the pool
     Board         the I/O, one small async interface: put my frame; the board's extent; get the
                   first frame at or after a slot
@@ -79,6 +80,50 @@ class FetchResult:
     groups: tuple[RolloutGroup, ...]
 
 
+class Draws:
+    """Slots to read this round, each uniform over the slots not yet known to be empty or read.
+
+    "The first frame at or after a uniform slot" weighs each frame by the gap before it, and a node
+    that puts very often (a flood) always sits behind the largest gap: with fixed draws it would win
+    nearly every read. A read from slot s that returns the frame at slot t shows s..t is known, so the
+    next draw skips it; a big gap is cut down in a few reads and the frames behind small gaps are
+    reached. Sans-I/O: `fetch` reads and reports back with `known`."""
+
+    def __init__(self, first: int, last: int, reads: int, rng: random.Random) -> None:
+        self.first, self.last, self.left, self.rng = first, last, reads, rng
+        self._known: list[tuple[int, int]] = []  # disjoint, sorted [lo, hi] ranges
+
+    def next(self) -> int | None:
+        """The next slot to read, or None when the reads are spent or every slot is known."""
+        if self.left <= 0 or self.last < self.first or self.last <= 0:
+            return None
+        unknown = (self.last - self.first + 1) - sum(hi - lo + 1 for lo, hi in self._known)
+        if unknown <= 0:
+            return None
+        self.left -= 1
+        k = self.rng.randrange(unknown)
+        slot = self.first + k
+        for lo, hi in self._known:  # walk past the known ranges below the k-th unknown slot
+            if lo > slot:
+                break
+            slot += hi - lo + 1
+        return slot
+
+    def known(self, start: int, end: int) -> None:
+        """Slots start..end (inclusive) need no more reads: empty, or holding a frame already read."""
+        lo, hi = max(start, self.first), min(end, self.last)
+        if hi < lo:
+            return
+        merged: list[tuple[int, int]] = []
+        for a, b in self._known:
+            if b < lo - 1 or a > hi + 1:
+                merged.append((a, b))
+            else:
+                lo, hi = min(lo, a), max(hi, b)
+        merged.append((lo, hi))
+        self._known = sorted(merged)
+
+
 class BoardReader:
     """The sans-I/O half of fetching: plans draws, remembers what was already taken, and opens frames
     with the node's protocol (the same checks as a frame from a direct link). Not thread-safe."""
@@ -88,29 +133,47 @@ class BoardReader:
         self.protocol = protocol
         self.rng = rng or random.Random()
         self.prefix = prefix
-        self._taken: OrderedDict[int, None] = OrderedDict()  # slots already fetched (bounded)
+        # slots already fetched (bounded) -> a digest of the frame taken there
+        self._taken: OrderedDict[int, int] = OrderedDict()
         self._remember = remember
-        self.counters = {"fetched": 0, "repeats": 0, "own": 0, "refused": 0, "accepted": 0}
+        self._high = 0  # the highest slot seen on this board (its extent's end, or a frame taken)
+        self.counters = {"fetched": 0, "repeats": 0, "own": 0, "refused": 0, "accepted": 0,
+                         "board_restarts": 0}
 
-    def draws(self, first: int, last: int, j: int) -> list[int]:
-        """Slots to try, in order: 4j distinct uniform ones in [first, last] (some land on gaps, our own
-        frame or repeats), or all of them shuffled when the board is that small."""
-        if j <= 0 or last < first or last <= 0:
-            return []
-        span = range(first, last + 1)
-        if len(span) <= 4 * j:
-            slots = list(span)
-            self.rng.shuffle(slots)
-            return slots
-        return self.rng.sample(span, 4 * j)
+    def observe(self, first: int, last: int) -> None:
+        """The board's extent, once per round: a restarted or recreated board (a memory stream) numbers
+        its slots from 1 again, so slots remembered from the old one would drop new frames as repeats.
+        An empty board says nothing (its extent is (0, 0) whether new or merely idle)."""
+        if last <= 0 or last < first:
+            return
+        if last < self._high:
+            self._forget()
+        self._high = max(self._high, last)
+
+    def _forget(self) -> None:
+        self._taken.clear()
+        self._high = 0
+        self.counters["board_restarts"] += 1
+
+    def draws(self, first: int, last: int, j: int) -> Draws:
+        """This round's draws over [first, last]: at most 4j reads (some land on gaps, our own frame or
+        repeats); see `Draws` for why each read narrows the next."""
+        return Draws(first, last, 4 * j if j > 0 else 0, self.rng)
 
     def take(self, frame: BoardFrame) -> FetchResult | None:
         """Check one fetched frame -> its groups, or None (a repeat, our own, or refused and counted)."""
         self.counters["fetched"] += 1
-        if frame.slot in self._taken:
+        digest = hash(frame.data)
+        taken = self._taken.get(frame.slot)
+        if taken == digest:
             self.counters["repeats"] += 1
             return None
-        self._taken[frame.slot] = None
+        if taken is not None:
+            # A slot holds one frame for its board's life: another one there means a new board (one
+            # that already grew past our highest slot before we looked, so observe() could not tell).
+            self._forget()
+        self._taken[frame.slot] = digest
+        self._high = max(self._high, frame.slot)
         if len(self._taken) > self._remember:
             self._taken.popitem(last=False)
         key_owner = subject_peer(frame.subject, self.prefix)
@@ -142,12 +205,13 @@ class BoardReader:
 async def fetch(board: Board, reader: BoardReader, j: int) -> list[FetchResult]:
     """Fetch up to j fresh frames of other nodes, one direct read per draw (at most 4j reads)."""
     first, last = await board.extent()
+    reader.observe(first, last)
     results: list[FetchResult] = []
     seen_origins: set[str] = set()
-    for slot in reader.draws(first, last, j):
-        if len(results) >= j:
-            break
+    draws = reader.draws(first, last, j)
+    while len(results) < j and (slot := draws.next()) is not None:
         frame = await board.get_from(slot)
+        draws.known(slot, frame.slot if frame is not None else last)
         if frame is None:
             continue
         got = reader.take(frame)

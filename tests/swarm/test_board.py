@@ -26,13 +26,38 @@ def _frame(proto: p.SwarmProtocol, n: int = 1) -> bytes:
     return frame
 
 
+def _all(draws) -> list[int]:  # type: ignore[no-untyped-def]
+    slots = []
+    while (slot := draws.next()) is not None:
+        slots.append(slot)
+        draws.known(slot, slot)  # as if each read found a frame right there
+    return slots
+
+
 def test_draws_cover_the_extent_and_an_empty_board_draws_nothing() -> None:
     _, proto = _node()
     reader = BoardReader(proto, rng=random.Random(1))
-    assert sorted(reader.draws(5, 9, 3)) == [5, 6, 7, 8, 9]  # a small board: every slot, shuffled
-    slots = reader.draws(1, 1000, 3)
+    assert sorted(_all(reader.draws(5, 9, 3))) == [5, 6, 7, 8, 9]  # a small board: every slot once
+    slots = _all(reader.draws(1, 1000, 3))
     assert len(slots) == 12 == len(set(slots)) and all(1 <= s <= 1000 for s in slots)
-    assert reader.draws(0, 0, 3) == [] and reader.draws(1, 5, 0) == []
+    assert _all(reader.draws(0, 0, 3)) == [] and _all(reader.draws(1, 5, 0)) == []
+
+
+def test_a_flood_behind_the_largest_gap_does_not_win_every_read() -> None:
+    """Frames at slots 1..8 (honest nodes), then a flooder whose latest frame is at 100,000: with
+    fixed uniform draws nearly every read lands on the flooder; each read narrows the next here."""
+    _, proto = _node()
+    honest_found = []
+    for seed in range(200):
+        draws = BoardReader(proto, rng=random.Random(seed)).draws(1, 100_000, 4)
+        found = set()
+        while (slot := draws.next()) is not None:
+            frame_at = slot if slot <= 8 else 100_000  # "the first frame at or after slot"
+            draws.known(slot, frame_at)
+            found.add(frame_at)
+        honest_found.append(len(found - {100_000}))
+    assert sum(honest_found) / len(honest_found) >= 4  # J = 4 honest frames reached on average
+    assert sum(n >= 1 for n in honest_found) / len(honest_found) >= 0.9  # fixed draws: ~0.1% of reads
 
 
 def test_reader_takes_verified_groups_once_and_refuses_what_lies() -> None:
@@ -183,3 +208,127 @@ def test_a_bootstrap_killed_with_9_takes_its_nats_server_along(tmp_path) -> None
     finally:
         if boot.poll() is None:
             boot.kill()
+
+
+async def _put_all(board, nodes: list[tuple[Identity, p.SwarmProtocol]]) -> None:  # type: ignore[no-untyped-def]
+    for ident, proto in nodes:
+        await board.put(ident.peer_id, _frame(proto))  # a fresh frame (new seq): what a node puts each round
+
+
+def test_a_reader_takes_every_frame_of_a_restarted_board() -> None:
+    """A restarted board (a memory stream) numbers its slots from 1 again: a reader that remembered the
+    old board's slots must not drop the new board's frames as repeats."""
+    nodes = [_node() for _ in range(80)]
+    _, mine = _node()
+    reader = BoardReader(mine, rng=random.Random(5))
+
+    async def main() -> tuple[int, int, int, int]:
+        old = MemoryBoard()
+        await _put_all(old, nodes)
+        before = len(await fetch(old, reader, 80))
+        restarted = MemoryBoard()  # the same nodes put their next rounds' frames on a new board
+        await _put_all(restarted, nodes)
+        after = len(await fetch(restarted, reader, 80))
+        again = len(await fetch(restarted, reader, 80))  # nothing new since: every slot is a repeat
+        fresh = len(await fetch(restarted, BoardReader(_node()[1]), 80))
+        return before, after, again, fresh
+
+    assert asyncio.run(main()) == (80, 80, 0, 80)
+    assert reader.counters["board_restarts"] == 1 and reader.counters["repeats"] == 80
+
+
+def test_a_reader_notices_a_new_board_that_already_outgrew_the_old_one() -> None:
+    """The extent cannot tell when the new board passed the old one's last slot before this reader
+    looked; a different frame in a slot already taken can (a slot holds one frame for a board's life)."""
+    nodes = [_node() for _ in range(12)]
+    _, mine = _node()
+    reader = BoardReader(mine, rng=random.Random(6))
+
+    async def main() -> tuple[int, int]:
+        old = MemoryBoard()
+        await _put_all(old, nodes[:4])
+        before = len(await fetch(old, reader, 12))
+        new = MemoryBoard()
+        await _put_all(new, nodes)
+        return before, len(await fetch(new, reader, 12))
+
+    assert asyncio.run(main()) == (4, 12)
+    assert reader.counters["board_restarts"] == 1
+
+
+def test_an_idle_or_expiring_board_is_not_a_restart() -> None:
+    now = [0.0]
+    board = MemoryBoard(max_age_s=60, clock=lambda: now[0])
+    nodes = [_node() for _ in range(5)]
+    reader = BoardReader(_node()[1], rng=random.Random(7))
+
+    async def main() -> list[int]:
+        await _put_all(board, nodes)
+        got = [len(await fetch(board, reader, 5))]
+        now[0] = 61.0  # every frame expired: the board is empty, (0, 0), and that says nothing
+        got.append(len(await fetch(board, reader, 5)))
+        await _put_all(board, nodes[:2])  # slots 6 and 7: the extent moved forward
+        got.append(len(await fetch(board, reader, 5)))
+        return got
+
+    assert asyncio.run(main()) == [5, 0, 2]
+    assert reader.counters["board_restarts"] == 0
+    frame = asyncio.run(board.get_from(6))
+    assert frame is not None and reader.take(frame) is None and reader.counters["repeats"] == 1
+    reader.observe(3, 7)
+    reader.observe(7, 7)
+    assert reader.counters["board_restarts"] == 0
+    reader.observe(1, 3)  # the last slot went back: a new board, and what was taken is forgotten
+    assert reader.counters["board_restarts"] == 1
+    assert reader.take(frame) is None and reader.counters["repeats"] == 1  # not a repeat of a slot now...
+    assert reader.protocol.refusals.by_reason["duplicate"] == 1  # ... and the signed frame's replay guard holds
+
+
+@pytest.mark.timeout(90)
+def test_a_reader_gets_new_frames_after_the_nats_server_restarts() -> None:
+    """A real nats-server stopped and started on the same ports: its memory stream is made anew (by the
+    bootstrap, here by a second board client), numbered from 1, and the reader that fetched from the
+    old one takes the new frames."""
+    from engine.swarm.nats_board import NatsBoard
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig
+
+    nodes = [_node() for _ in range(6)]
+    reader = BoardReader(_node()[1], rng=random.Random(8))
+    server = NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None)).start()
+
+    async def retry(call):  # type: ignore[no-untyped-def]
+        """nats-py reconnects on its own after the restart: retry until it has."""
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                return await call()
+            except Exception:  # any client error while it reconnects
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def main() -> tuple[int, int, tuple[int, int]]:
+        board = await NatsBoard([server.url], stream="T_RESTART", max_age_s=60).connect()
+        try:
+            await _put_all(board, nodes)
+            before = len(await fetch(board, reader, 6))
+            await asyncio.to_thread(server.stop)
+            await asyncio.to_thread(server.start)
+            maker = await retry(lambda: NatsBoard([server.url], stream="T_RESTART", max_age_s=60).connect())
+            await maker.close()
+            # The next round, on the same connections (nats-py reconnected them); one node has left, so
+            # the new board ends below the old one's last slot.
+            (first, proto), rest = nodes[0], nodes[1:5]
+            await retry(lambda: board.put(first.peer_id, _frame(proto)))
+            await _put_all(board, rest)
+            extent = await board.extent()
+            return before, len(await fetch(board, reader, 6)), extent
+        finally:
+            await board.close()
+
+    try:
+        before, after, extent = asyncio.run(main())
+    finally:
+        server.close()
+    assert extent[0] <= 2 and extent[1] <= 6  # the new stream numbers from 1 again (a retried put may cost one)
+    assert (before, after) == (6, 5) and reader.counters["board_restarts"] == 1
