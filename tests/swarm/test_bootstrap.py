@@ -1,4 +1,5 @@
-"""SwarmService instances and BootstrapServers on 127.0.0.1: relay, peer lists, /status, copies."""
+"""SwarmService instances and BootstrapServers on 127.0.0.1: relay (none with a board), peer lists, /status,
+copies, and how many new identities get credentials."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
-from swarm_helpers import Node, async_test, real_groups, swarm_config, wait_for
+from swarm_helpers import Node, async_test, free_port, real_groups, swarm_config, wait_for
 from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from engine.swarm.bootstrap import BootstrapServer
-from engine.swarm.config import BootstrapConfig, LinkConfig
+from engine.swarm.config import BootstrapConfig, LinkConfig, ProtocolLimits
 from engine.swarm.identity import Identity
 from engine.swarm.protocol import SwarmProtocol
+from engine.swarm.wire import Hello
 
 pytestmark = pytest.mark.timeout(60)
 FAST = LinkConfig(reconnect_initial_s=0.1, reconnect_max_s=0.5, connect_timeout_s=3.0, ping_interval_s=1.0,
@@ -36,9 +39,9 @@ def registered(server: BootstrapServer) -> int:
     return len(server.status()["peers"])
 
 
-async def start_bootstrap(**overrides: object) -> BootstrapServer:
+async def start_bootstrap(issue_credential: object = None, **overrides: object) -> BootstrapServer:
     cfg = BootstrapConfig(**{"host": "127.0.0.1", "port": 0, "link": FAST, **overrides})
-    server = BootstrapServer(cfg, log=lambda level, msg: None)
+    server = BootstrapServer(cfg, log=lambda level, msg: None, issue_credential=issue_credential)  # type: ignore[arg-type]
     await server.start()
     return server
 
@@ -277,3 +280,149 @@ def test_board_size_counts_the_swarm() -> None:
         return board.size
 
     assert asyncio.run(main()) == 7
+
+
+# --- with a board, nothing is relayed ------------------------------------------------------------------
+async def _raw_client(url: str, identity: Identity | None = None):  # type: ignore[no-untyped-def]
+    """A websocket client that says a node's hello -> (connection, its protocol)."""
+    proto = SwarmProtocol(identity or Identity.generate(), ProtocolLimits())
+    ws = await connect(url, compression=None)
+    await ws.send(proto.encode("hello", Hello(proto.identity.instance, "node", "m", "t", None).to_wire()), text=True)
+    return ws, proto
+
+
+async def _frames_until(ws, stop: tuple[str, ...], timeout: float) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Frames received until one of type in `stop`, the link closes, or `timeout` passes."""
+    got: list[dict] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while not got or got[-1]["type"] not in stop:
+                got.append(json.loads(await ws.recv()))
+    except (TimeoutError, ConnectionClosed):
+        pass
+    return got
+
+
+async def _relayed_to_b(server: BootstrapServer) -> list[str]:
+    a, a_proto = await _raw_client(server.url)
+    b, _ = await _raw_client(server.url)
+    try:
+        await wait_for(lambda: registered(server) == 2, what="two nodes at the bootstrap")
+        [frame] = a_proto.encode_rollouts(real_groups(a_proto.identity.peer_id, 1))
+        await a.send(frame, text=True)
+        return [f["type"] for f in await _frames_until(b, ("rollouts",), 1.5)]
+    finally:
+        await a.close()
+        await b.close()
+
+
+@async_test
+async def test_with_a_board_the_bootstrap_relays_no_rollouts() -> None:
+    """A bootstrap that names a board never broadcasts: a node's rollouts frame sent to it reaches no
+    one (counted), while a bootstrap without one (--no-nats) still relays it."""
+    server = await start_bootstrap(board_urls=("nats://127.0.0.1:4222",))
+    try:
+        assert "rollouts" not in await _relayed_to_b(server)
+        st = await status(server)
+        assert st["frames"]["not_relayed_board"] == 1 and st["frames"]["relayed"] == 0
+        assert st["frames"]["rollouts"] == 0 and st["refusals"] == {}
+    finally:
+        await server.stop()
+    relay = await start_bootstrap()
+    try:
+        assert "rollouts" in await _relayed_to_b(relay)
+        st = await status(relay)
+        assert st["frames"]["relayed"] == 1 and st["frames"]["not_relayed_board"] == 0
+    finally:
+        await relay.stop()
+
+
+@async_test
+async def test_a_node_with_a_board_sends_no_rollouts_to_its_bootstrap() -> None:
+    """Even while its board is unreachable: a fallback to the relay made a broken board O(N^2)."""
+    server = await start_bootstrap(board_urls=(f"nats://127.0.0.1:{free_port()}",))  # nobody listens there
+    node = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
+    try:
+        await node.service.start()
+        await wait_for(lambda: registered(server) == 1 and node.service.board.urls, what="the node at the bootstrap")
+        assert not node.service.board.connected
+        assert await node.service.publish(real_groups(node.identity.peer_id, 1)) == 0  # to no link at all
+        await asyncio.sleep(0.3)
+        st = await status(server)
+        assert st["frames"]["rollouts"] == 0 and st["frames"]["not_relayed_board"] == 0
+    finally:
+        await node.service.stop()
+        await server.stop()
+
+
+# --- new identities are credentialed at a bounded rate -------------------------------------------------
+def _issuer(issued: list[str]):  # type: ignore[no-untyped-def]
+    import time
+    from types import SimpleNamespace
+
+    def issue(peer_id: str) -> SimpleNamespace:
+        issued.append(peer_id)
+        return SimpleNamespace(jwt=f"jwt-for-{peer_id}", expires_at=time.time() + 3600)
+    return issue
+
+
+async def _hello_answer(url: str, identity: Identity) -> dict:
+    """Say hello as `identity` -> the bootstrap's answer to it: its creds frame, or its bye."""
+    ws, _ = await _raw_client(url, identity)
+    try:
+        frames = await _frames_until(ws, ("creds", "bye"), 5.0)
+    finally:
+        await ws.close()
+    assert frames and frames[-1]["type"] in ("creds", "bye"), frames
+    return frames[-1]
+
+
+@async_test
+async def test_new_identities_from_one_address_get_credentials_up_to_a_burst() -> None:
+    """Identities are free: one address saying hello with fresh keys gets a burst of credentials, then
+    is told to wait; a node already credentialed still gets its credential when it reconnects."""
+    issued: list[str] = []
+    server = await start_bootstrap(_issuer(issued), board_urls=("nats://127.0.0.1:4222",),
+                                   new_identity_burst_per_ip=3, new_identity_interval_per_ip_s=600.0)
+    try:
+        keys = [Identity.generate() for _ in range(6)]
+        answers = [await _hello_answer(server.url, key) for key in keys]
+        assert [a["type"] for a in answers] == ["creds"] * 3 + ["bye"] * 3
+        assert answers[0]["body"]["jwt"] == f"jwt-for-{keys[0].peer_id}"
+        reason = answers[3]["body"]["reason"]
+        assert reason.startswith("too many new identities from your address; try again in ") and reason.endswith(" s")
+        assert 1 <= int(reason.split()[-2]) <= 600
+        again = await _hello_answer(server.url, Identity(keys[0]._key))  # a known node reconnecting
+        assert again["type"] == "creds"
+        assert issued == [k.peer_id for k in keys[:3]] + [keys[0].peer_id]
+        st = await status(server)
+        board = st["board"]
+        assert board["credentials_refused_rate"] == 3 and board["credentials_issued"] == 4
+        assert board["new_identities"]["known_identities"] == 3 and board["new_identities"]["refused_address"] == 3
+        assert registered(server) == 0  # the refused were never listed as peers
+    finally:
+        await server.stop()
+
+
+@async_test
+async def test_the_bootstrap_bounds_new_identities_from_all_addresses_together() -> None:
+    issued: list[str] = []
+    server = await start_bootstrap(_issuer(issued), new_identity_burst=2, new_identity_rate_per_s=0.01)
+    try:
+        answers = [await _hello_answer(server.url, Identity.generate()) for _ in range(3)]
+        assert [a["type"] for a in answers] == ["creds", "creds", "bye"]
+        assert "joining this swarm right now; try again in" in answers[2]["body"]["reason"]
+        assert (await status(server))["board"]["new_identities"]["refused_global"] == 1
+    finally:
+        await server.stop()
+
+
+def test_new_identity_bounds_are_validated() -> None:
+    for field in ("new_identity_burst_per_ip", "new_identity_burst", "known_identities", "new_identity_addresses"):
+        with pytest.raises(ValueError, match=field):
+            BootstrapConfig(**{field: 0})
+    for field in ("new_identity_interval_per_ip_s", "new_identity_rate_per_s"):
+        with pytest.raises(ValueError, match=field):
+            BootstrapConfig(**{field: 0.0})
+    with pytest.raises(ValueError, match="new_identity_burst"):
+        BootstrapConfig(new_identity_burst=True)  # type: ignore[arg-type]
