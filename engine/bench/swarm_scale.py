@@ -76,17 +76,14 @@ class _TimedBoard:
 
 
 async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     from engine.swarm import protocol as p
     from engine.swarm.board import BoardReader, fetch
     from engine.swarm.config import ProtocolLimits
     from engine.swarm.identity import Identity
-    from engine.swarm.nats_auth import Authority, _unb64, connect_options
+    from engine.swarm.nats_auth import NODE_API_PREFIX, Authority, connect_options, node_inbox
     from engine.swarm.nats_board import NatsBoard
 
-    keys = [Ed25519PrivateKey.from_private_bytes(_unb64(args["keys"][k])) for k in ("operator", "account", "system")]
-    auth = Authority(*keys)
+    auth = Authority.from_private_keys(args["keys"], stream=args["stream"])
     n, offset, total = args["nodes"], args["offset"], args["total"]
     period, rounds = args["period_s"], args["rounds"]
     latencies: list[float] = []
@@ -94,8 +91,8 @@ async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
     for _ in range(n):
         ident = Identity.generate()
         cred = auth.issue(ident.peer_id, args["stream"], 3600)
-        board = NatsBoard([args["url"]], stream=args["stream"], create=False,
-                          connect_options=connect_options(ident.sign, lambda c=cred: c))
+        board = NatsBoard([args["url"]], stream=args["stream"], create=False, api_prefix=NODE_API_PREFIX,
+                          connect_options=connect_options(ident.sign, lambda c=cred: c, node_inbox(ident.peer_id)))
         await board.connect(timeout_s=10)
         nodes.append((ident, p.SwarmProtocol(ident, ProtocolLimits()), board))
     stats = {"puts": 0, "put_failures": 0, "frames_fetched": 0, "short_fetches": 0, "refused": 0,
@@ -134,18 +131,16 @@ async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
 
 def _board_point(n: int, period_s: float, rounds: int, workers: int) -> dict[str, Any]:
     import psutil
-    from cryptography.hazmat.primitives import serialization
 
-    from engine.swarm.nats_auth import Authority, _b64
+    from engine.swarm.nats_auth import Authority
     from engine.swarm.nats_board import create_board_stream
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
-    auth = Authority.generate()
-    keys = {k: _b64(getattr(auth, k).private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                                   serialization.NoEncryption())) for k in ("operator", "account", "system")}
+    auth = Authority.generate(stream="SCALE")
+    keys = auth.private_keys()
     with NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None, auth_config=auth.server_config(),
                                      max_connections=n + 16)) as server:
-        asyncio.run(create_board_stream(server.url, auth, stream="SCALE"))
+        asyncio.run(create_board_stream(server.url, auth))
         proc = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
         cpu0 = proc.cpu_times()
         start_at = time.time() + 3 + n / 150  # every worker connects its nodes first

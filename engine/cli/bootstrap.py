@@ -12,16 +12,20 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bootstrap", help="run the swarm's rendezvous and its board (an embedded nats-server)",
                        description="Peers dial out to this server; it lists who is there, names the board "
                        "(store one, fetch J) and issues each node a credential for its own board key. "
-                       "GET http://HOST:PORT/status shows peers, the board's figures and refusals.")
+                       "GET http://HOST:PORT/status (https:// with --tls-cert) shows peers, the board's "
+                       "figures and refusals.")
     p.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=7700, help="port to bind (default 7700; 0 = any free)")
     p.add_argument("--max-connections", type=int, default=1000, help="peers at most (default 1000)")
     p.add_argument("--max-per-ip", type=int, default=32,
                    help="connections from one IP address at most (default 32; 0 = no cap, e.g. behind a proxy)")
+    p.add_argument("--new-ids-per-ip", type=int, default=8,
+                   help="new identities one IP address may get credentials for at once, then one per 30 s "
+                        "(default 8; raise it behind a reverse proxy, where every node shares its address)")
     p.add_argument("--peer-rate", type=float, default=None,
                    help="frames per second one peer may send (token bucket refill)")
     p.add_argument("--nats", action="append", default=[], metavar="URL",
-                   help="the swarm's board is this existing NATS cluster (nats://host:port, repeatable), in "
+                   help="the swarm's board is this existing NATS cluster (nats:// or tls://host:port, repeatable), in "
                         "operator mode with this bootstrap's keys (see --nats-auth-out; needs --data-dir); "
                         "default: start an embedded nats-server with JetStream")
     p.add_argument("--nats-auth-out", type=Path, default=None, metavar="FILE",
@@ -34,8 +38,13 @@ def register(sub: Any) -> None:
                    help="copies of the board's stream in a --nats cluster (1-5; 3 survives a server's loss)")
     p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
     p.add_argument("--nats-ws-port", type=int, default=7702,
-                   help="its websocket port, for nodes that reach only HTTP(S) (0 = any free, -1 = none); put a "
-                        "TLS-terminating proxy in front for wss://")
+                   help="its websocket port, for nodes that reach only HTTP(S) (0 = any free, -1 = none)")
+    p.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
+                   help="serve TLS with this certificate (PEM, the chain after it): wss:// for the rendezvous, "
+                        "tls:// and wss:// for the embedded board; nodes check it against their system CAs, or "
+                        "a CA file you hand out (sapo run --ca FILE). Needs --tls-key")
+    p.add_argument("--tls-key", type=Path, default=None, metavar="FILE",
+                   help="the certificate's private key (PEM, unencrypted, readable only by this user)")
     p.add_argument("--credential-ttl", type=float, default=3600.0,
                    help="lifetime of a node's board credential in seconds (renewed at a third of it)")
     p.add_argument("--no-nats", action="store_true",
@@ -50,7 +59,6 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
     import sys
 
-    from engine.swarm.bootstrap import BootstrapServer
     from engine.swarm.config import BootstrapConfig, ProtocolLimits
     from engine.swarm.errors import SwarmError
     from engine.swarm.identity import Identity
@@ -61,16 +69,19 @@ def run(args: argparse.Namespace) -> int:
         limits = ProtocolLimits()
         if args.peer_rate is not None:
             limits = dataclasses.replace(limits, peer_rate_per_s=args.peer_rate)
+        own_tls = _check_tls(args.tls_cert, args.tls_key)
         config = BootstrapConfig(host=args.host, port=args.port,
                                  max_connections=args.max_connections, max_connections_per_ip=args.max_per_ip,
-                                 limits=limits)
+                                 new_identity_burst_per_ip=args.new_ids_per_ip,
+                                 limits=limits, tls_cert_file=str(args.tls_cert or ""),
+                                 tls_key_file=str(args.tls_key or ""))
         identity = Identity.load_or_create(args.data_dir) if args.data_dir else Identity.generate()
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
     nats = authority = None
     try:
-        board_lists = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
+        board_lists: dict[str, Any] = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
         if not 1 <= args.board_replicas <= 5:
             raise ValueError("--board-replicas must be between 1 and 5")
         if args.nats:
@@ -89,47 +100,18 @@ def run(args: argparse.Namespace) -> int:
 
             authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
             nats = _start_nats(args.host, args.nats_port, authority.server_config(),
-                               None if args.nats_ws_port < 0 else args.nats_ws_port)
-            advertised = [_advertised(args.host, nats.ports["client"])]
+                               None if args.nats_ws_port < 0 else args.nats_ws_port, args.tls_cert, args.tls_key)
+            advertised = [_advertised(args.host, nats.ports["client"], "tls" if own_tls else "nats")]
             if "websocket" in nats.ports:
-                advertised.append(_advertised(args.host, nats.ports["websocket"], "ws"))
+                advertised.append(_advertised(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
             config = dataclasses.replace(config, board_urls=tuple(advertised), **board_lists)
             print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its "
                   "own key)", file=sys.stderr, flush=True)
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
-    issue = None
-    if authority is not None:
-        from engine.swarm.nats_board import STREAM
-
-        def issue(peer_id: str) -> Any:
-            return authority.issue(peer_id, STREAM, args.credential_ttl)
-    server = BootstrapServer(config, identity, issue_credential=issue, credential_ttl_s=args.credential_ttl,
-                             data_plane_monitor=nats.monitor_url if nats is not None else None)
-
-    async def main() -> None:
-        import signal
-
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        if task is not None:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
-        if authority is not None:
-            urls = [nats.url] if nats is not None else list(args.nats)
-            await _create_board(urls, authority, config.limits.max_frame_bytes, args.board_replicas)
-            if nats is None:
-                await _refuse_open_cluster(urls)
-        watchdog = asyncio.ensure_future(_supervise_nats(nats)) if nats is not None else None
-        try:
-            await server.serve_forever()
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
-
     try:
-        asyncio.run(main())
+        asyncio.run(_serve(args, config, identity, authority, nats, own_tls if nats is not None else None))
     except asyncio.CancelledError:
         return 0
     except SwarmError as exc:
@@ -141,28 +123,97 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None) -> Any:
+def _log(level: str, message: str) -> None:
+    import sys
+
+    print(f"[{level}] {message}", file=sys.stderr, flush=True)
+
+
+async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority: Any, nats: Any,
+                 board_tls: Any) -> None:
+    """The rendezvous, and with a board its watches: the embedded server alive, the stream there, and
+    (on the embedded server, whose loopback monitoring port it reads) every node within its budget.
+    `board_tls`: the bootstrap's own connections to its embedded server trust exactly its certificate."""
+    import asyncio
+    import signal
+
+    from engine.swarm.board_warden import Warden, WardenConfig, run_warden
+    from engine.swarm.bootstrap import BootstrapServer
+    from engine.swarm.nats_auth import user_nkey_of
+    from engine.swarm.nats_board import keep_board_stream
+
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
+    # a revoked key stays out at least until every credential issued to it before has expired
+    warden = Warden(WardenConfig(ban_s=max(3600.0, args.credential_ttl))) if nats is not None else None
+
+    def issue(peer_id: str) -> Any:
+        if warden is not None and warden.banned(user_nkey_of(peer_id)):
+            return None
+        return authority.issue(peer_id, authority.stream, args.credential_ttl)
+
+    server = BootstrapServer(config, identity, issue_credential=issue if authority is not None else None,
+                             credential_ttl_s=args.credential_ttl,
+                             data_plane_monitor=nats.monitor_url if nats is not None else None)
+    watchdogs = []
+    if authority is not None:
+        urls = [nats.url] if nats is not None else list(args.nats)
+        await _create_board(urls, authority, args.board_replicas, board_tls)
+        if nats is None:
+            await _refuse_open_cluster(urls)
+        # a restarted server (ours or the operator's) lost the memory stream
+        watchdogs.append(keep_board_stream(urls, authority, _log, replicas=args.board_replicas, tls=board_tls))
+    if nats is not None:
+        watchdogs.append(_supervise_nats(nats))
+        if authority is not None and warden is not None:
+            watchdogs.append(run_warden(warden, nats.monitor_url, [nats.url], authority, _log,
+                                        {"tls": board_tls} if board_tls is not None else None))
+    tasks = [asyncio.ensure_future(w) for w in watchdogs]
+    try:
+        await server.serve_forever()
+    finally:
+        for watchdog in tasks:
+            watchdog.cancel()
+
+
+def _check_tls(cert: Path | None, key: Path | None) -> Any:
+    """--tls-cert/--tls-key checked before anything starts -> the context the bootstrap reaches its own
+    board with (None: no TLS). Raises TlsError (a SwarmError) with what is wrong with which file."""
+    from engine.swarm.tls import TlsError, own_server_context, server_context
+
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise TlsError("--tls-cert and --tls-key go together: the certificate and its private key")
+    server_context(cert, key)
+    return own_server_context(cert)
+
+
+def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None, tls_cert: Path | None = None,
+                tls_key: Path | None = None) -> Any:
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
     return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=ws_port, monitor_port=0,
-                                       auth_config=auth_config)).start()
+                                       auth_config=auth_config, tls_cert_file=tls_cert,
+                                       tls_key_file=tls_key)).start()
 
 
-async def _create_board(urls: list[str], authority: Any, max_frame_bytes: int, replicas: int,
+async def _create_board(urls: list[str], authority: Any, replicas: int, tls: Any = None,
                         patience_s: float = 30.0) -> None:
     """Make the board's stream; a cluster still electing its JetStream leader gets `patience_s`."""
     import asyncio
     import time
 
-    from engine.swarm.config import PoolConfig
     from engine.swarm.errors import ConnectError
     from engine.swarm.nats_board import create_board_stream
 
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            await create_board_stream(urls, authority, max_age_s=PoolConfig().max_age_s,
-                                      max_frame_bytes=max_frame_bytes, replicas=replicas)
+            await create_board_stream(urls, authority, replicas=replicas, tls=tls)
             return
         except Exception as exc:  # nats-py raises unrelated types; the last one is reported
             why = getattr(exc, "why", "") or str(exc) or type(exc).__name__

@@ -18,8 +18,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 from engine.swarm import protocol as p
 from engine.swarm.board import Board, BoardReader, FetchResult, fetch
+from engine.swarm.errors import ConnectError
 from engine.swarm.loops import Backoff
-from engine.swarm.nats_auth import Credential, connect_options, decode_jwt, user_nkey_of
+from engine.swarm.nats_auth import (
+    JS_API,
+    NODE_API_PREFIX,
+    Credential,
+    connect_options,
+    decode_jwt,
+    node_inbox,
+    user_nkey_of,
+)
+from engine.swarm.tls import client_context, is_tls_url
 
 ANY_HOST = ("0.0.0.0", "::", "[::]", "")
 
@@ -38,12 +48,25 @@ def resolve_board_urls(urls: Sequence[str], bootstrap_url: str) -> tuple[str, ..
     return tuple(out)
 
 
-def nats_board_factory(max_age_s: float, max_frame_bytes: int) -> Callable[..., Any]:
+def nats_board_factory(max_age_s: float, max_frame_bytes: int, ca_file: str = "") -> Callable[..., Any]:
+    """Boards on NATS; tls:// and wss:// servers (and nats:// ones that require TLS) are verified against
+    the system's CAs, or only those in `ca_file`."""
     async def make(urls: Sequence[str], connect_options: dict[str, Any], create: bool) -> Board:
         from engine.swarm.nats_board import NatsBoard
 
-        return await NatsBoard(urls, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes, create=create,
-                               connect_options=connect_options).connect()
+        tls = client_context(ca_file or None) if ca_file or any(map(is_tls_url, urls)) else None
+        options = connect_options | ({"tls": tls} if tls is not None else {})
+        # A credentialed node reaches the board's stream through its account's imports; on an open
+        # board (no credentials, a trusted network) whoever comes makes the stream.
+        board = await NatsBoard(urls, max_age_s=max_age_s, max_frame_bytes=max_frame_bytes, create=create,
+                                connect_options=options,
+                                api_prefix=JS_API if create else NODE_API_PREFIX).connect()
+        if tls is not None and any(u.startswith("tls://") for u in urls) and not tls.session_stats()["connect"]:
+            # nats-py goes plain when a server does not ask for TLS, whatever the URL said: refuse it
+            await board.close()
+            raise ConnectError(", ".join(urls), "the server did not use TLS, but the URL says tls://",
+                               "is something between this node and the board? otherwise write nats://")
+        return board
     return make
 
 
@@ -119,7 +142,8 @@ class BoardClient:
         groups = [g for g in (tuple(u for u in self.urls if not u.startswith(("ws://", "wss://"))),
                               tuple(u for u in self.urls if u.startswith(("ws://", "wss://")))) if g]
         while self.board is None:
-            options = (connect_options(self.protocol.identity.sign, lambda: self.credential)
+            options = (connect_options(self.protocol.identity.sign, lambda: self.credential,
+                                       node_inbox(self.protocol.identity.peer_id))
                        if self.credential is not None else {})
             errors = []
             for group in groups:

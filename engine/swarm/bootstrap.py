@@ -4,7 +4,9 @@ Peers dial out to it over a websocket; it answers with who is there (`peers` fra
 bounded sample when there is a board), names the board (its data plane, in its hello) and hands each
 node a short-lived credential for its own board key (`creds` frames, renewed). Without a board
 (`sapo bootstrap --no-nats`, a LAN party) it relays each rollout frame verbatim to every other peer,
-fully checked first (signature, schema, limits, per-signer rate): O(N^2), which is why the board exists.
+fully checked first (signature, schema, limits, per-signer rate): O(N^2), which is why the board exists;
+with a board it relays nothing. Keys it has not credentialed before are bounded per address and in all
+(engine/swarm/issuance.py): identities are free.
 Bootstraps do not link to each other: a swarm grows past one machine as a NATS cluster.
 `GET /status` answers JSON (peers, frames, refusals, the board's figures) for a browser or curl.
 """
@@ -23,10 +25,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from engine.swarm import protocol as p
-from engine.swarm.admission import InboundGate
+from engine.swarm.admission import InboundGate, remote_ip
 from engine.swarm.config import BootstrapConfig
 from engine.swarm.identity import Identity, name_for
+from engine.swarm.issuance import IdentityGate
 from engine.swarm.loops import TaskSet
+from engine.swarm.tls import server_context
 from engine.swarm.transport import Link, listen, server_port
 from engine.swarm.wire import Hello, PeerEntry
 
@@ -66,21 +70,27 @@ class BootstrapServer:
         self._issue = issue_credential
         self.credential_ttl_s = credential_ttl_s
         self.credentials_issued = 0
+        self.credentials_withheld = 0  # renewals and new credentials refused to revoked keys
         self._monitor = data_plane_monitor  # the board's nats-server monitoring URL (/varz, /jsz)
         self.data_plane: dict[str, Any] = {}  # its latest figures, polled (status() never blocks on it)
+        self.frames_not_relayed = 0  # rollout frames sent to us while a board runs: never broadcast
+        self._new_ids = IdentityGate(  # new keys credentialed, per address and in all (identities are free)
+            per_ip_burst=config.new_identity_burst_per_ip, per_ip_interval_s=config.new_identity_interval_per_ip_s,
+            burst=config.new_identity_burst, rate_per_s=config.new_identity_rate_per_s,
+            known=config.known_identities, addresses=config.new_identity_addresses, now=time.monotonic())
 
     # --- lifecycle ----------------------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        tls = server_context(cfg.tls_cert_file, cfg.tls_key_file) if cfg.tls_cert_file else None
         self._server = await listen(self._accept, cfg.host, cfg.port, cfg.limits, cfg.link,
-                                    process_request=self._http)
+                                    process_request=self._http, tls=tls)
         self._tasks.spawn("peers broadcaster", self._broadcast_peers())
         if self._issue is not None:
             self._tasks.spawn("credential renewal", self._renew_credentials())
         if self._monitor is not None:
             self._tasks.spawn("data plane figures", self._poll_data_plane())
-        self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: "
-                  f"{self.url.replace('ws://', 'http://')}/status)")
+        self._log("info", f"bootstrap {self.identity.name} listening on {self.url} (status: {self.status_url})")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -104,7 +114,11 @@ class BootstrapServer:
     @property
     def url(self) -> str:
         host = self.config.host if self.config.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        return f"ws://{host}:{self.port}"
+        return f"{'wss' if self.config.tls_cert_file else 'ws'}://{host}:{self.port}"
+
+    @property
+    def status_url(self) -> str:
+        return self.url.replace("ws", "http", 1) + "/status"  # wss:// -> https://
 
     # --- HTTP: /status and the connection cap --------------------------------------------------------
     def _http(self, connection: ServerConnection, request: Request) -> Response | None:
@@ -127,17 +141,21 @@ class BootstrapServer:
                  for pid, link in sorted(self._nodes.items(), key=lambda kv: kv[1].opened_at)]
         return {
             "service": "sapo-bootstrap", "protocol": p.PROTOCOL_VERSION, "id": self.identity.peer_id,
-            "name": self.identity.name, "uptime_s": round(now - self._started_at, 1),
+            "name": self.identity.name, "url": self.url, "tls": bool(self.config.tls_cert_file),
+            "uptime_s": round(now - self._started_at, 1),
             "connections": len(self._links), "max_connections": self.config.max_connections,
             "max_connections_per_ip": self.config.max_connections_per_ip, "refused_per_ip": self._gate.refused_per_ip,
             "peers": peers,
             "frames": {"accepted": self.protocol.accepted, "rollouts": self.rollout_frames,
-                       "relayed": self.frames_relayed,
+                       "relayed": self.frames_relayed, "not_relayed_board": self.frames_not_relayed,
                        "dropped_slow_peer": sum(link.dropped_out for link in self._links)},
             "refusals": self.protocol.refusals.snapshot(),
             "board": {"urls": list(self.config.board_urls), "credentials": self._issue is not None,
                       "data_plane": dict(self.data_plane),
-                      "credentials_issued": self.credentials_issued, "credential_ttl_s": self.credential_ttl_s},
+                      "credentials_issued": self.credentials_issued, "credential_ttl_s": self.credential_ttl_s,
+                      "credentials_refused_rate": self.credentials_refused_rate,
+                      "credentials_withheld_revoked": self.credentials_withheld,
+                      "new_identities": self._new_ids.stats()},
         }
 
     # --- links --------------------------------------------------------------------------------------
@@ -176,6 +194,11 @@ class BootstrapServer:
                 await link.close(p.BYE_DUPLICATE_IDENTITY)
 
     def _relay(self, source: Link, env: p.Envelope) -> None:
+        if self.config.board_urls:
+            # Nodes share through the board (O(J) per node); a broadcast beside it would make a broken
+            # board, or a flood of signed frames, O(N^2) for everyone. Counted, never forwarded.
+            self.frames_not_relayed += 1
+            return
         self.rollout_frames += 1
         for link in list(self._links):
             # Not back to where it came from, nor to its signer (who has it), nor to half-open links.
@@ -187,6 +210,8 @@ class BootstrapServer:
     async def _hello(self, link: Link, event: p.HelloReceived) -> None:
         if event.hello.role == "bootstrap":  # federations of bootstraps are gone: NATS clusters scale
             await link.close("bootstraps do not link; run a NATS cluster to grow past one machine")
+            return
+        if self._issue is not None and not await self._admit_identity(link, event.peer_id):
             return
         old = self._nodes.get(event.peer_id)
         if old is not None and old is not link and old.hello is not None:
@@ -202,12 +227,34 @@ class BootstrapServer:
         self._peers_dirty.set()
         self._send_credential(event.peer_id, link)
 
+    async def _admit_identity(self, link: Link, peer_id: str) -> bool:
+        """A key new to us gets a credential only while its address and the bootstrap have new-identity
+        tokens left; a refused node is told why and when to try again, then the link closes."""
+        refusal = self._new_ids.admit(peer_id, remote_ip(link.ws), time.monotonic())
+        if refusal is None:
+            return True
+        refused = self.credentials_refused_rate
+        if refused in (1, 10) or refused % 1000 == 0:  # a flood must not flood the log too
+            self._log("warning", f"refused a new identity from {link.address}: {refusal.reason} "
+                      f"({refused} refused so far)")
+        await link.close(refusal.reason)
+        return False
+
+    @property
+    def credentials_refused_rate(self) -> int:
+        """Hellos of new keys refused a credential by the per-address or global bucket."""
+        return sum(self._new_ids.refused.values())
+
     def _send_credential(self, peer_id: str, link: Link) -> None:
         if self._issue is None:
             return
         cred = self._issue(peer_id)  # the link's signed hello proved the key: it gets its own key's rights
+        if cred is None:  # a key the board's warden revoked (over its publishing budget): nothing for now
+            self.credentials_withheld += 1
+            return
         link.send(link.conn.creds_frame(cred.jwt, cred.expires_at))
         self.credentials_issued += 1
+        self._new_ids.remember(peer_id)  # a live node stays known: its reconnections are not charged
 
     async def _poll_data_plane(self, every_s: float = 5.0) -> None:
         last: tuple[float, dict[str, Any]] | None = None

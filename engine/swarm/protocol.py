@@ -104,13 +104,15 @@ class SwarmProtocol:
         self.replay.check_and_mark(self.identity.peer_id, self._seq, self.clock())
         return canonical(frame)
 
-    def encode_rollouts(self, groups: Sequence[RolloutGroup]) -> list[bytes]:
-        """Pack groups into as few frames as the limits allow (count and bytes per frame).
+    def encode_rollouts(self, groups: Sequence[RolloutGroup], max_bytes: int | None = None) -> list[bytes]:
+        """Pack groups into as few frames as the limits allow (count and bytes per frame; `max_bytes`
+        when smaller, e.g. the board's frame size).
 
         A group too large for a frame on its own is sent without its optional log-probs; one still
         too large (impossible within the completion limits at default settings) raises ValueError.
         """
-        budget = self.limits.max_frame_bytes - 512  # room for the envelope around the groups
+        frame_bytes = min(self.limits.max_frame_bytes, max_bytes or self.limits.max_frame_bytes)
+        budget = frame_bytes - 512  # room for the envelope around the groups
         frames: list[bytes] = []
         batch: list[dict[str, Any]] = []
         size = 0

@@ -14,6 +14,7 @@ from engine.swarm import protocol as p
 from engine.swarm.errors import ProtocolError
 from engine.swarm.receipts import (
     MAX_GROUPS_PER_RECEIPT,
+    MAX_RECEIPT_FRAME_BYTES,
     ReceiptBook,
     ReceiptConfig,
     receipt_body,
@@ -69,6 +70,9 @@ class ReceiptCourier:
 
     def from_board(self, data: bytes) -> None:
         """A frame from this node's board inbox: checked like any frame (size, signature, replay, rate)."""
+        if len(data) > MAX_RECEIPT_FRAME_BYTES:
+            self.protocol.refuse("frame_too_large")
+            return
         try:
             env = self.protocol.open(data)  # counts its own refusals
         except ProtocolError:

@@ -27,6 +27,9 @@ from engine.swarm.limits import KeyedBuckets
 
 RECEIPT_PREFIX = "sapo.receipts"  # an origin's inbox: RECEIPT_PREFIX + "." + its peer id
 MAX_GROUPS_PER_RECEIPT = 16  # one round's J groups from one origin, with room to spare
+# A receipt frame at most: 16 hex keys of 64 characters and the signed envelope are ~1.5 KB. Anything
+# larger in an inbox is a flood, dropped before it is parsed.
+MAX_RECEIPT_FRAME_BYTES = 4096
 _KEY = re.compile(r"[0-9a-f]{64}")
 
 

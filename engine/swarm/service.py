@@ -33,11 +33,14 @@ from engine.swarm.identity import Identity, name_for
 from engine.swarm.lan import LanDiscovery, advertised_host
 from engine.swarm.loops import Backoff, TaskSet
 from engine.swarm.mdns import MdnsPeer
+from engine.swarm.nats_auth import BoardQuota
 from engine.swarm.peers import PeerInfo, PeerTable
 from engine.swarm.pool import PoolDecision, RolloutPool
 from engine.swarm.receipt_courier import ReceiptCourier
 from engine.swarm.transport import Link, dial, listen, server_port, source_host
 from engine.swarm.wire import Hello
+
+BOARD_FRAME_BYTES = BoardQuota().max_frame_bytes  # what the swarm's board stores of one node
 
 STABLE_LINK_S = 10.0  # a link that lived this long resets the reconnect backoff
 MDNS_YIELD_S = 1.0  # on mDNS discovery the larger peer id waits this long so the smaller dials first
@@ -80,7 +83,8 @@ class SwarmService:
         self.counters = {"frames_published": 0, "groups_published": 0, "groups_received": 0}
         self._replay_state = replay_state  # where the replay guard outlives this process
         self.board = BoardClient(self.protocol, self._log, make_board or nats_board_factory(
-            config.pool.max_age_s, config.limits.max_frame_bytes), on_receipt=self._board_receipt)
+            config.pool.max_age_s, config.limits.max_frame_bytes, config.ca_file),
+            on_receipt=self._board_receipt)
         self.receipts = ReceiptCourier(self.protocol, config.receipts, self._open_link_to, self.board,
                                        receipts_state)
 
@@ -147,12 +151,16 @@ class SwarmService:
                              "by their origin")
         groups = [g if g.provenance.origin_peer == own else
                   replace(g, provenance=replace(g.provenance, origin_peer=own)) for g in groups]
-        frames = self.protocol.encode_rollouts(groups)
         on_board = self.board.connected
+        # On a board, frames fit its size (a larger message would cost the connection)
+        frames = self.protocol.encode_rollouts(groups, BOARD_FRAME_BYTES if on_board else None)
         if on_board:  # the latest frame per node: one frame holds a round's groups at default limits
             on_board = await self.board.put(frames[0])
+        # A node with a board never sends rollouts to a bootstrap, even while the board is down: that
+        # fallback made the swarm a broadcast, O(N^2) (and a bootstrap with a board relays nothing).
+        skip_relays = on_board or bool(self.board.urls)
         relays = set(self._relays.values())
-        links = [link for link in self._links if link.is_open and not (on_board and link in relays)]
+        links = [link for link in self._links if link.is_open and not (skip_relays and link in relays)]
         for frame in frames:
             for link in links:
                 link.send(frame)
@@ -278,6 +286,8 @@ class SwarmService:
                     # The peer itself said (signed) that it is leaving: stop dialling it now. Its mDNS goodbye
                     # can be undone on this host by a late announcement zeroconf had queued before it.
                     self.lan.lost(link.peer_id)
+                elif self._relays.get(link.address) is link:  # our bootstrap says why (a refused identity)
+                    link.close_reason = link.close_reason or f"the bootstrap said: {event.reason}"
             elif isinstance(event, p.ReceiptReceived):
                 self.receipts.received(event)
             elif isinstance(event, p.CredentialReceived):
@@ -364,7 +374,7 @@ class SwarmService:
                     await asyncio.sleep(1.0)
                     continue
             try:
-                ws = await dial(url, self.config.limits, self.config.link)
+                ws = await dial(url, self.config.limits, self.config.link, self.config.ca_file)
             except TransportError as exc:
                 failures += 1
                 delay = backoff.next()

@@ -139,3 +139,14 @@ def async_test(fn: Any) -> Any:
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+async def node_board(urls: list[str], ident: Identity, cred: Any, **options: Any) -> Any:
+    """A board connection made the way a credentialed node makes one: its own inbox, the board's
+    read calls through its account's imports."""
+    from engine.swarm.nats_auth import NODE_API_PREFIX, connect_options, node_inbox
+    from engine.swarm.nats_board import NatsBoard
+
+    extra = options.pop("connect_options", {})
+    return NatsBoard(urls, create=False, api_prefix=NODE_API_PREFIX, **options,
+                     connect_options={**connect_options(ident.sign, lambda: cred, node_inbox(ident.peer_id)), **extra})

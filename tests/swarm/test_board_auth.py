@@ -7,14 +7,15 @@ import asyncio
 import time
 
 import pytest
-from swarm_helpers import make_group
+from swarm_helpers import make_group, node_board
 
 from engine.swarm import protocol as p
 from engine.swarm.board import BoardReader, fetch, key_subject
 from engine.swarm.config import ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
-from engine.swarm.nats_auth import Authority, connect_options, decode_jwt, nkey, nkey_public, user_nkey_of
+from engine.swarm.nats_auth import Authority, decode_jwt, nkey, nkey_public, user_nkey_of
+from engine.swarm.nats_board import create_board_stream
 from engine.swarm.wire import credential_from_wire
 
 
@@ -58,29 +59,22 @@ def test_issued_credentials_verify_and_tampering_does_not() -> None:
 def authority_server():  # type: ignore[no-untyped-def]
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
-    auth = Authority.generate()
+    auth = Authority.generate(stream="AUTH")
     with NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None, auth_config=auth.server_config())) as srv:
         yield auth, srv.url
 
 
-async def _board(url: str, ident: Identity, cred, create: bool = False):  # type: ignore[no-untyped-def]
-    from engine.swarm.nats_board import NatsBoard
-
-    return await NatsBoard([url], stream="AUTH", max_age_s=60, create=create,
-                           connect_options=connect_options(ident.sign, lambda: cred)).connect(timeout_s=3)
+async def _board(url: str, ident: Identity, cred):  # type: ignore[no-untyped-def]
+    return await (await node_board([url], ident, cred, stream="AUTH", max_age_s=60)).connect(timeout_s=3)
 
 
 @pytest.mark.timeout(60)
 def test_a_node_writes_only_its_own_key_and_reads_everyone(authority_server) -> None:  # type: ignore[no-untyped-def]
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     auth, url = authority_server
     alice, bob = Identity.generate(), Identity.generate()
 
     async def main() -> None:
-        admin_key = Ed25519PrivateKey.generate()
-        admin = await _board(url, admin_key, auth.admin(admin_key), create=True)  # type: ignore[arg-type]
-        await admin.close()
+        await create_board_stream(url, auth)
         a = await _board(url, alice, auth.issue(alice.peer_id, "AUTH", 60))
         b = await _board(url, bob, auth.issue(bob.peer_id, "AUTH", 60))
         try:
@@ -151,7 +145,6 @@ def test_a_node_that_cannot_reach_tcp_uses_the_websocket(tmp_path) -> None:  # t
     """Behind a proxy that passes only HTTP: the TCP URL fails, the ws:// one carries the board."""
     from engine.swarm.board_client import BoardClient, nats_board_factory
     from engine.swarm.loops import Backoff
-    from engine.swarm.nats_board import create_board_stream
     from engine.swarm.nats_server import NatsServer, NatsServerConfig, free_port
 
     auth = Authority.generate()
@@ -181,7 +174,6 @@ def test_the_board_connection_outlives_its_credentials() -> None:
     time) is replaced once a renewal comes, with nothing asked of the dead client meanwhile."""
     from engine.swarm.board_client import BoardClient, nats_board_factory
     from engine.swarm.loops import Backoff
-    from engine.swarm.nats_board import create_board_stream
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
     auth = Authority.generate()

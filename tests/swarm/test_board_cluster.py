@@ -7,19 +7,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from swarm_helpers import make_group
+from swarm_helpers import make_group, node_board
 
 from engine.swarm import protocol as p
 from engine.swarm.board import BoardReader, fetch
 from engine.swarm.config import ProtocolLimits
 from engine.swarm.identity import Identity
-from engine.swarm.nats_auth import Authority, connect_options
+from engine.swarm.nats_auth import Authority
 from engine.swarm.nats_server import NatsServer, NatsServerConfig, free_port
 
 
 @pytest.fixture
 def cluster():  # type: ignore[no-untyped-def]
-    auth = Authority.generate()
+    auth = Authority.generate(stream="HA")
     routes_ports = [free_port() for _ in range(3)]
     servers = []
     for i, port in enumerate(routes_ports):
@@ -38,17 +38,12 @@ def cluster():  # type: ignore[no-untyped-def]
 
 @pytest.mark.timeout(120)
 def test_a_node_fails_over_when_its_server_stops(cluster) -> None:  # type: ignore[no-untyped-def]
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    from engine.swarm.nats_board import NatsBoard
+    from engine.swarm.nats_board import admin_board
 
     auth, servers = cluster
     urls = [s.url for s in servers]
 
-    async def board_for(ident, cred, create=False, first=None):  # type: ignore[no-untyped-def]
-        order = [first] + [u for u in urls if u != first] if first else urls
-        board = NatsBoard(order, stream="HA", max_age_s=120, replicas=3, create=create,
-                          connect_options={**connect_options(ident.sign, lambda: cred), "dont_randomize": True})
+    async def connected(board):  # type: ignore[no-untyped-def]
         for _ in range(60):  # the cluster elects its JetStream leader within a few seconds
             try:
                 return await board.connect(timeout_s=3)
@@ -57,12 +52,13 @@ def test_a_node_fails_over_when_its_server_stops(cluster) -> None:  # type: igno
         raise AssertionError("the cluster never accepted the board")
 
     async def main() -> None:
-        admin_key = Ed25519PrivateKey.generate()
-        admin = await board_for(admin_key, auth.admin(admin_key), create=True)
+        admin = await connected(admin_board(urls, auth, replicas=3, create=True))
         await admin.close()
         nodes = [Identity.generate() for _ in range(4)]
         protos = {n.peer_id: p.SwarmProtocol(n, ProtocolLimits()) for n in nodes}
-        boards = {n.peer_id: await board_for(n, auth.issue(n.peer_id, "HA", 120), first=urls[0]) for n in nodes}
+        boards = {n.peer_id: await connected(await node_board(
+            urls, n, auth.issue(n.peer_id, "HA", 120), stream="HA", max_age_s=120, replicas=3,
+            connect_options={"dont_randomize": True})) for n in nodes}
         try:
             async def one_round() -> dict[str, int]:
                 for n in nodes:

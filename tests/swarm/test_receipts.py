@@ -15,7 +15,7 @@ from engine.swarm import protocol as p
 from engine.swarm.config import ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
-from engine.swarm.nats_auth import Authority, connect_options
+from engine.swarm.nats_auth import Authority, connect_options, node_inbox
 from engine.swarm.pool import content_key
 from engine.swarm.receipt_courier import ReceiptCourier
 from engine.swarm.receipts import ReceiptBook, ReceiptConfig, receipt_body, receipt_from_wire, receipt_subject
@@ -162,7 +162,7 @@ def test_receipts_through_the_board_reach_only_their_origin(nats_url, tmp_path: 
 
             cred = auth.issue(user.peer_id, STREAM, 60)
             snoop = await nats.connect(servers=[url], error_cb=on_error, allow_reconnect=False,
-                                       **connect_options(user.sign, lambda: cred))
+                                       **connect_options(user.sign, lambda: cred, node_inbox(user.peer_id)))
             await snoop.subscribe(receipt_subject(origin.peer_id))
             await snoop.flush()
             await asyncio.sleep(0.3)

@@ -1,0 +1,200 @@
+"""The board's warden: a publishing budget per node and per address, which NATS does not enforce itself.
+
+Identities are free, and a credential lets a node publish as fast as its link allows (7,008 puts/s,
+137 MiB/s were accepted from one node; a flood into a node's receipts inbox cut its rounds by 2/3).
+The bootstrap reads its nats-server's connection table (`/connz` on the loopback monitoring port)
+every few seconds, charges each connection's new messages and bytes to its user (the node's key) and
+to its address, and revokes a user that goes over budget: the nodes' account JWT is signed again with
+that key in its revocation list and pushed to the server through the system account, which closes the
+user's connections and refuses every credential of that key issued before then. The bootstrap issues
+that key nothing more for `ban_s`. An address over its budget has all its users revoked: identities
+are free, addresses are not.
+
+`Warden` judges (sans-I/O, on hand-built connection tables in tests); `run_warden` is the glue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.swarm.board import key_subject
+from engine.swarm.identity import b64url
+from engine.swarm.limits import KeyedBuckets
+from engine.swarm.nats_auth import Authority, Credential, connect_options, nkey_public
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class WardenConfig:
+    """Publishing budgets on the board. An honest node publishes one frame, a few reads and a receipt
+    per round: ~40 KB/s and ~80 messages/s for the seed model's fast rounds, far less for SmolLM2."""
+
+    user_bytes_per_s: float = 1 * MiB  # a node's sustained publishing
+    user_burst_bytes: float = 16 * MiB  # and what it may publish in a burst
+    user_msgs_per_s: float = 400.0  # messages per second (reads are small but many)
+    user_burst_msgs: float = 4000.0
+    address_bytes_per_s: float = 8 * MiB  # all nodes behind one address together
+    address_burst_bytes: float = 64 * MiB
+    ban_s: float = 3600.0  # a revoked node gets no credential for this long
+    every_s: float = 2.0  # how often the connection table is read
+    max_tracked: int = 65536  # users, addresses and connections remembered (LRU)
+
+    def __post_init__(self) -> None:
+        for name in ("user_bytes_per_s", "user_burst_bytes", "user_msgs_per_s", "user_burst_msgs",
+                     "address_bytes_per_s", "address_burst_bytes", "ban_s", "every_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"WardenConfig.{name} must be a positive number")
+        if isinstance(self.max_tracked, bool) or not isinstance(self.max_tracked, int) or self.max_tracked < 16:
+            raise ValueError("WardenConfig.max_tracked must be an int >= 16")
+
+
+@dataclass(frozen=True)
+class Offence:
+    user: str  # the user's NKey (a node's key)
+    address: str
+    why: str  # in words, for the operator's log
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+class Warden:
+    """Charges connection-table deltas to users and addresses; says who went over. Not thread-safe."""
+
+    def __init__(self, cfg: WardenConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg = cfg or WardenConfig()
+        self.clock = clock
+        self._seen: OrderedDict[int, tuple[int, int]] = OrderedDict()  # cid -> (in_msgs, in_bytes) last read
+        self._user_bytes = KeyedBuckets(cfg.user_bytes_per_s, cfg.user_burst_bytes, cfg.max_tracked)
+        self._user_msgs = KeyedBuckets(cfg.user_msgs_per_s, cfg.user_burst_msgs, cfg.max_tracked)
+        self._address_bytes = KeyedBuckets(cfg.address_bytes_per_s, cfg.address_burst_bytes, cfg.max_tracked)
+        self._banned: OrderedDict[str, float] = OrderedDict()  # user NKey -> banned until (clock)
+        self.revoked = 0
+
+    def observe(self, connections: Sequence[object]) -> list[Offence]:
+        """One read of the connection table (connz's `connections`) -> users to revoke now."""
+        now = self.clock()
+        offences: dict[str, Offence] = {}
+        users_at: dict[str, set[str]] = {}
+        for conn in connections:
+            if not isinstance(conn, dict):
+                continue
+            user, address, cid = conn.get("authorized_user"), conn.get("ip"), conn.get("cid")
+            if not isinstance(user, str) or not isinstance(address, str) or not isinstance(cid, int):
+                continue
+            msgs, size = _count(conn.get("in_msgs")), _count(conn.get("in_bytes"))
+            last_msgs, last_size = self._seen.pop(cid, (0, 0))
+            self._seen[cid] = (msgs, size)
+            new_msgs, new_bytes = max(0, msgs - last_msgs), max(0, size - last_size)
+            users_at.setdefault(address, set()).add(user)
+            if self.banned(user):
+                continue
+            if not self._user_bytes.take(user, now, new_bytes):
+                offences[user] = Offence(user, address, f"published over {self.cfg.user_bytes_per_s / MiB:g} MiB/s")
+            elif not self._user_msgs.take(user, now, new_msgs):
+                offences[user] = Offence(user, address, f"sent over {self.cfg.user_msgs_per_s:g} messages/s")
+            if not self._address_bytes.take(address, now, new_bytes):
+                for other in users_at[address]:
+                    offences.setdefault(other, Offence(other, address, "its address published over "
+                                                       f"{self.cfg.address_bytes_per_s / MiB:g} MiB/s"))
+        while len(self._seen) > self.cfg.max_tracked:
+            self._seen.popitem(last=False)
+        for offence in offences.values():
+            self.ban(offence.user, now)
+        return list(offences.values())
+
+    def ban(self, user: str, now: float) -> None:
+        self._banned.pop(user, None)
+        self._banned[user] = now + self.cfg.ban_s
+        self.revoked += 1
+        while len(self._banned) > self.cfg.max_tracked:
+            self._banned.popitem(last=False)
+
+    def banned(self, user: str) -> bool:
+        until = self._banned.get(user)
+        return until is not None and until > self.clock()
+
+    def revocations(self, wall_now: float) -> dict[str, int]:
+        """The account's revocation list: banned users, each refused for JWTs issued before now."""
+        now = self.clock()
+        return {user: int(wall_now) + 1 for user, until in self._banned.items() if until > now}
+
+
+def read_connections(monitor_url: str, account: str, timeout_s: float = 2.0, page: int = 1024,
+                     max_pages: int = 256) -> list[object]:
+    """Every connection of `account` in the server's table (paged, each page bounded)."""
+    out: list[object] = []
+    for index in range(max_pages):
+        url = f"{monitor_url}/connz?auth=true&acc={account}&limit={page}&offset={index * page}"
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            data = json.loads(resp.read(64 * MiB))
+        batch = data.get("connections") if isinstance(data, dict) else None
+        if not isinstance(batch, list):
+            break
+        out.extend(batch)
+        if len(batch) < page:
+            break
+    return out
+
+
+async def push_revocations(nc: Any, authority: Authority, revocations: dict[str, int]) -> None:
+    """Sign the nodes' account again with its revocation list and hand it to the server."""
+    jwt = authority.nodes_account_jwt(revocations)
+    reply = await nc.request(f"$SYS.REQ.ACCOUNT.{authority.account_nkey}.CLAIMS.UPDATE", jwt.encode(), timeout=5)
+    answer = json.loads(reply.data or b"{}")
+    if not isinstance(answer, dict) or "error" in answer:
+        raise RuntimeError(f"the server refused the revocation list: {answer}")
+
+
+async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str], authority: Authority,
+                     log: Callable[[str, str], None], options: dict[str, Any] | None = None) -> None:
+    """Forever: read the table, revoke whoever went over budget and take its frame off the board (a
+    flood's frame follows the largest gap on the board, so it would keep winning readers' draws)."""
+    import nats
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from engine.swarm.nats_board import quiet_errors
+
+    system_key, board_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    system_cred, board_cred = authority.system_user(system_key), authority.admin(board_key)
+    links: dict[str, Any] = {}
+
+    async def link(name: str, key: Ed25519PrivateKey, cred: Credential) -> Any:
+        nc = links.get(name)
+        if nc is None or nc.is_closed:
+            nc = links[name] = await nats.connect(servers=list(server_urls), error_cb=quiet_errors,
+                                                  **connect_options(key.sign, lambda: cred), **(options or {}))
+        return nc
+
+    try:
+        while True:
+            await asyncio.sleep(warden.cfg.every_s)
+            try:
+                table = await asyncio.to_thread(read_connections, monitor_url, authority.account_nkey)
+                offences = warden.observe(table)
+                if not offences:
+                    continue
+                for offence in offences:
+                    log("warning", f"board: revoked node {offence.user[:12]}… at {offence.address}: {offence.why}")
+                await push_revocations(await link("system", system_key, system_cred), authority,
+                                       warden.revocations(time.time()))
+                js = (await link("board", board_key, board_cred)).jetstream()
+                for offence in offences:
+                    subject = key_subject(b64url(nkey_public(offence.user)[1]), authority.prefix)
+                    await js.purge_stream(authority.stream, subject=subject)
+            except Exception as exc:  # noqa: BLE001 -- the monitor or the server is away: try again next time
+                log("warning", f"board: the warden could not read or act ({str(exc) or type(exc).__name__})")
+    finally:
+        for nc in links.values():
+            if not nc.is_closed:
+                await nc.close()
