@@ -150,4 +150,5 @@ class NodeSwarm:
 def board_summary(board: dict[str, Any]) -> dict[str, Any]:
     """What the app shows of the board: where, how many nodes, until when this node may write."""
     return {key: board.get(key) for key in ("connected", "urls", "nodes_on_board", "credential_expires_at",
-                                            "puts", "put_errors", "fetch_rounds", "frames_used", "fetch_ms_p50")}
+                                            "puts", "put_errors", "put_error", "fetch_rounds", "frames_used",
+                                            "fetch_ms_p50")}

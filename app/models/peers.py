@@ -54,6 +54,7 @@ class BoardStatus:
     nodes: int  # nodes with a frame on the board (this one included)
     credential_expires_at: float | None  # until when this node may write its key; None: an open board
     frames_used: int  # peers' frames fetched into the pool
+    put_error: str = ""  # why this node's latest frame could not be stored ("" when it was)
 
 
 def parse_board(value: Any) -> BoardStatus | None:
@@ -65,7 +66,8 @@ def parse_board(value: Any) -> BoardStatus | None:
     ok_expiry = isinstance(expires, (int, float)) and not isinstance(expires, bool) and 0 < expires < 1e11
     return BoardStatus(connected=value.get("connected") is True, url=url[:200], nodes=_count(value.get("nodes_on_board")) or 0,
                        credential_expires_at=float(expires) if ok_expiry else None,
-                       frames_used=_count(value.get("frames_used")) or 0)
+                       frames_used=_count(value.get("frames_used")) or 0,
+                       put_error=put_error[:300] if isinstance(put_error := value.get("put_error"), str) else "")
 
 
 def board_text(board: BoardStatus | None, now: float) -> str:
@@ -81,8 +83,9 @@ def board_text(board: BoardStatus | None, now: float) -> str:
         when = time.strftime("%H:%M", time.localtime(board.credential_expires_at))
         cred = (f" · may write until {when} (renewed by the bootstrap)" if board.credential_expires_at > now
                 else f" · credential expired at {when}: waiting for the bootstrap to renew it")
+    failing = (f" · your rollouts are not reaching the board: {board.put_error}" if board.put_error else "")
     return (f"Board: {board.url} · {board.nodes:,} node{'s' if board.nodes != 1 else ''} on it · "
-            f"{board.frames_used:,} peers' frames fetched{cred}")
+            f"{board.frames_used:,} peers' frames fetched{cred}{failing}")
 
 
 MAX_CREDIT_HOURS = 24 * 366

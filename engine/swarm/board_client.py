@@ -85,6 +85,7 @@ class BoardClient:
         self.credential: Credential | None = None  # the bootstrap's latest; None = an open board
         self.got_credential = asyncio.Event()
         self.nodes_on_board = 0  # nodes with a frame on the board at the last fetch (ourselves included)
+        self.put_error = ""  # why the latest put failed ("" once one succeeds): the app shows it
 
     def set_credential(self, jwt: str, expires_at: float) -> bool:
         """Keep a credential from our bootstrap if it is for our key and still valid; the board's
@@ -171,9 +172,11 @@ class BoardClient:
             await board.put(self.protocol.identity.peer_id, frame)
         except Exception as exc:  # noqa: BLE001 -- a failed put costs one round's sharing, never the node
             self.counters["put_errors"] += 1
-            self._log("warning", f"swarm: could not store this round's rollouts on the board: {self._why(exc)}")
+            self.put_error = self._why(exc)[:300]
+            self._log("warning", f"swarm: could not store this round's rollouts on the board: {self.put_error}")
             return False
         self.counters["puts"] += 1
+        self.put_error = ""
         return True
 
     async def send_receipt(self, origin: str, frame: bytes) -> None:
@@ -209,7 +212,7 @@ class BoardClient:
         cred = self.credential
         return {"connected": self.connected, "urls": list(self.urls), **self.counters,
                 "credential_expires_at": cred.expires_at if cred is not None else None,
-                "nodes_on_board": self.nodes_on_board,
+                "nodes_on_board": self.nodes_on_board, "put_error": self.put_error,
                 "reader": dict(self.reader.counters),
                 "fetch_ms_p50": sorted(self.fetch_ms)[len(self.fetch_ms) // 2] if self.fetch_ms else None}
 

@@ -219,3 +219,45 @@ def test_the_board_connection_outlives_its_credentials() -> None:
             await asyncio.wait_for(task, 5)  # a deliberate close ends the loop instead of reconnecting
 
         asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_a_node_whose_puts_fail_says_why_in_its_status_and_the_app() -> None:
+    from app.models.peers import board_text, parse_board
+    from engine.node_swarm import board_summary
+    from engine.swarm.board_client import BoardClient, nats_board_factory
+    from engine.swarm.loops import Backoff
+    from engine.swarm.nats_board import STREAM, admin_board
+    from engine.swarm.nats_server import NatsServer, NatsServerConfig
+
+    auth = Authority.generate()
+    server = NatsServer(NatsServerConfig(websocket_port=None, monitor_port=None, auth_config=auth.server_config()))
+    url = server.start().url
+    me = Identity.generate()
+    proto = p.SwarmProtocol(me, ProtocolLimits())
+
+    async def main() -> None:
+        await create_board_stream(url, auth)
+        client = BoardClient(proto, lambda lvl, msg: None, nats_board_factory(60, 1 << 20))
+        cred = auth.issue(me.peer_id, STREAM, 60)
+        assert client.set_credential(cred.jwt, cred.expires_at)
+        await asyncio.wait_for(client.connect_loop([url], Backoff(0.1, 0.5)), 20)
+        admin = await admin_board(url, auth).connect()
+        await admin.js.delete_stream(STREAM)  # what a restarted server without its stream looks like
+        (frame,) = proto.encode_rollouts([make_group(me.peer_id)])
+        assert not await client.put(frame)
+        status = board_summary(client.stats())
+        assert status["put_error"] and status["put_errors"] == 1
+        line = board_text(parse_board(status), time.time())
+        assert "not reaching the board" in line and status["put_error"][:40] in line
+        await create_board_stream(url, auth)
+        assert await client.put(frame), client.put_error
+        assert board_summary(client.stats())["put_error"] == ""
+        assert "not reaching" not in board_text(parse_board(board_summary(client.stats())), time.time())
+        await admin.close()
+        await client.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
