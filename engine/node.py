@@ -26,6 +26,7 @@ from engine.guard import may_train, probe_machine
 from engine.memory import HeapTrimmer, MemoryConfig
 from engine.node_swarm import NodeSwarm
 from engine.sapo.config import SapoConfig
+from engine.sapo.step import step
 from engine.settings import ContributorSettings
 from engine.swarm.config import SwarmConfig
 
@@ -336,9 +337,7 @@ class Node:
 
     def _run_one_round(self, trainer: Any) -> None:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
-        external = self.net.candidates() if trainer.cfg.num_external else []
-        result = trainer.run_round(external)
-        self.net.after_round(self._loop, result.local_groups, result.used_external, fetch=trainer.cfg.num_external)
+        result = step(trainer, self.net)
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
             self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round

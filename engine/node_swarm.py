@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.events import LogRecord
-from engine.peer_groups import make_rescorer, rollout_event, task_library_version
+from engine.peer_groups import make_pool, rollout_event, task_library_version
 from engine.sapo.records import RolloutGroup, VerifiedGroup
-from engine.swarm.config import BYTES_PER_TOKEN
 
 MAX_REPUTATION_ROWS = 32
 
@@ -28,6 +27,7 @@ class NodeSwarm:
         self._emit = publish_event
         self._store = store
         self.identity: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.pool: Any = None
         self.service: Any = None
         self._refusals_stored: dict[str, int] = {}  # the service's refusal counters as last stored
@@ -35,17 +35,15 @@ class NodeSwarm:
     async def start(self, model_id: str) -> None:
         from engine import tasks
         from engine.swarm.identity import Identity
-        from engine.swarm.pool import RolloutPool
         from engine.swarm.service import SwarmService
 
         cfg = self.config
+        self._loop = asyncio.get_running_loop()  # the trainer thread hands its results to this loop
         self.identity = Identity.load_or_create(cfg.data_dir)
         self._refusals_stored = {}  # a new service counts from zero
         tokens = max(c.sampling.max_new_tokens for c in (cfg.sapo, cfg.real_sapo) if c)
-        pool_cfg = dataclasses.replace(cfg.swarm.pool, max_completion_bytes=min(
-            cfg.swarm.pool.max_completion_bytes, BYTES_PER_TOKEN * tokens))  # no scoring what we can't write
-        self.pool = RolloutPool(pool_cfg, make_rescorer(cfg.sapo.partial_credit, tasks.preset(cfg.mix)),
-                                on_decision=self._pool_eviction)
+        self.pool = make_pool(cfg.swarm.pool, tokens, cfg.sapo.partial_credit, tasks.preset(cfg.mix),
+                              on_decision=self._pool_eviction)
         swarm_cfg = cfg.swarm
         if self.settings.bootstrap_url and self.settings.bootstrap_url not in swarm_cfg.bootstrap_urls:
             swarm_cfg = dataclasses.replace(
@@ -108,11 +106,11 @@ class NodeSwarm:
         pool = self.pool
         return pool.candidates() if pool is not None else []
 
-    def after_round(self, loop: asyncio.AbstractEventLoop | None, own: Sequence[RolloutGroup],
-                    used: Sequence[VerifiedGroup], fetch: int) -> None:
-        """A round ended: mark and report the peers' groups it used, tell their origins (receipts),
-        publish its own groups (and fetch `fetch` of others'), store the refusals since the last."""
-        service, pool = self.service, self.pool
+    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
+        """A round ended (the round step's exchange, on the trainer thread): mark and report the peers'
+        groups it used, tell their origins (receipts), publish its own groups (and fetch `fetch` of
+        others'), store the refusals since the last."""
+        service, pool, loop = self.service, self.pool, self._loop
         if pool is not None and used:
             pool.mark_used(used)
             for verified in used:

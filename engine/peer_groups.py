@@ -1,5 +1,6 @@
 """What a node does with a peer's group before trusting it, and how it names its task library.
 
+`make_pool` is the node's pool of peers' groups (every bench and the experiment use it too);
 `make_rescorer` is the pool's gate (regenerate, hash check, local verifier: a `VerifiedGroup`);
 `rollout_event` describes a group for the feed and the store; `task_library_version` is what peers compare before they can
 verify each other's questions.
@@ -8,10 +9,13 @@ verify each other's questions.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from engine.events import RolloutSeen
 from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
+from engine.swarm.pool import PoolDecision, RolloutPool
 
 
 def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGroup], VerifiedGroup | None]:
@@ -30,6 +34,19 @@ def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGro
         return VerifiedGroup(group.with_rewards(rewards), question)
 
     return rescore
+
+
+def make_pool(cfg: PoolConfig, max_new_tokens: int, partial_credit: bool, mix: Any = None, *,
+              clock: Callable[[], float] | None = None,
+              on_decision: Callable[[PoolDecision], None] | None = None) -> RolloutPool:
+    """The node's pool of peers' groups: its gate (`make_rescorer`), and no scoring of a completion
+    longer than this node's policy could write (BYTES_PER_TOKEN x its token cap). Node, experiment and
+    benches all make theirs here, so each measures the gate the app runs."""
+    cfg = replace(cfg, max_completion_bytes=min(cfg.max_completion_bytes, BYTES_PER_TOKEN * max_new_tokens))
+    kwargs: dict[str, Any] = {"on_decision": on_decision} if on_decision is not None else {}
+    if clock is not None:
+        kwargs["clock"] = clock
+    return RolloutPool(cfg, make_rescorer(partial_credit, mix), **kwargs)
 
 
 def task_library_version() -> str:

@@ -101,10 +101,10 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     from engine.bench.attacks import TRIGGER, attack_groups, origins
     from engine.models.policy import load_policy
     from engine.paths import SEED_MODEL_DIR
-    from engine.peer_groups import make_rescorer
+    from engine.peer_groups import make_pool
+    from engine.sapo.step import PoolExchange, step
     from engine.sapo.trainer import Trainer
-    from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
-    from engine.swarm.pool import RolloutPool
+    from engine.swarm.config import PoolConfig
     from engine.tasks import library
 
     mix = library.preset("rl")
@@ -116,8 +116,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     if traffic is None:
         traffic = [honest_traffic(i, rounds, seed) for i in range(len(HONEST))]
     attack_rng = random.Random(seed + 77)
-    pool = RolloutPool(PoolConfig(max_completion_bytes=BYTES_PER_TOKEN * cfg.sampling.max_new_tokens),
-                       make_rescorer(cfg.partial_credit, mix))
+    pool = make_pool(PoolConfig(), cfg.sampling.max_new_tokens, cfg.partial_credit, mix)  # the node's own
+    exchange = PoolExchange(pool)
     bad = set(origins(attack)) if attack else set()
     trained_on = pooled = offered = 0
     own_texts: list[str] = []
@@ -134,8 +134,7 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
             if g.provenance.origin_peer in bad:
                 offered += 1
                 pooled += decision.status == "pooled"
-        result = victim.run_round(pool.candidates())
-        pool.mark_used(result.used_external)
+        result = step(victim, exchange)
         trained_on += sum(v.group.provenance.origin_peer in bad for v in result.used_external)
         if r > rounds - max(1, rounds // 10):
             own_texts += [c for g in result.local_groups for c in g.completions]

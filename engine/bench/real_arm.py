@@ -89,11 +89,11 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     import torch
 
     from engine.models.backends import load_for_node
-    from engine.peer_groups import make_rescorer
+    from engine.peer_groups import make_pool
     from engine.sapo.config import SapoConfig, preset
+    from engine.sapo.step import PoolExchange, step
     from engine.sapo.trainer import Trainer
     from engine.swarm.config import PoolConfig
-    from engine.swarm.pool import RolloutPool
     from engine.tasks.library import heldout
     from engine.tasks.library import preset as mix_preset
 
@@ -120,22 +120,24 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
           flush=True)
 
     peers = _seed_peers(seed_peers, specialties, seed, cfg) if arm == "mixed" else []
-    pools = [RolloutPool(PoolConfig(), make_rescorer(False, mix)) for _ in range(1 + len(peers))]
     agents = [trainer, *peers]
+    pools = [make_pool(PoolConfig(), a.cfg.sampling.max_new_tokens, a.cfg.partial_credit, mix) for a in agents]
+    outbox: list[tuple[int, Any]] = []  # published this round, offered to the others after it (a barrier)
+
+    def publisher(i: int) -> Any:
+        return lambda groups: outbox.extend((i, g) for g in groups)
+
+    exchanges = [PoolExchange(pools[i], publisher(i)) for i in range(len(agents))]
     history: list[dict[str, Any]] = []
     t_train = time.time()
     for r in range(rounds):
-        results = []
-        for i, agent in enumerate(agents):
-            result = agent.run_round(pools[i].candidates() if agent.cfg.num_external else [])
-            pools[i].mark_used(result.used_external)
-            results.append(result)
-        for i, result in enumerate(results):  # publish: every other agent's pool receives this one's groups
+        results = [step(agent, exchanges[i]) for i, agent in enumerate(agents)]
+        for i, group in outbox:  # every other agent's pool receives this one's groups
             origin = f"agent{i}"
             for j, pool in enumerate(pools):
                 if j != i:
-                    for group in result.local_groups:
-                        pool.offer(_from(group, origin), origin)
+                    pool.offer(_from(group, origin), origin)
+        outbox.clear()
         m = results[0].metrics
         history.append({"round": r + 1, "reward": m.get("reward_mean", 0.0), "format_rate": m.get("format_rate", 0.0),
                         "format_weight": m.get("format_weight", 0.0),

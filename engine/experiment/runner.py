@@ -8,6 +8,7 @@ totals, swarm counters, timing; written last, so its presence means the arm fini
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -22,6 +23,7 @@ from engine.experiment import measures
 from engine.experiment.agents import Agent, build_agents
 from engine.experiment.config import ArmConfig
 from engine.experiment.transport import InMemorySwarm, agent_identity
+from engine.sapo.step import PoolExchange, step
 
 ROUND_FIELDS = ("setting", "label", "local", "external", "strategy", "kl_anchor", "seed", "agent", "round",
                 "policy_version", "updated", "own_groups", "own_mixed", "ext_candidates", "ext_used",
@@ -89,7 +91,6 @@ def _seed_eval(agent: Agent, questions: list[Any], cfg: ArmConfig, model_dir: st
 def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run one arm to completion and write its files under out_dir/<arm name>/ -> arm.json's content."""
-    from engine.peer_groups import make_rescorer
     from engine.tasks.library import heldout
     from engine.tasks.library import preset as mix_preset
 
@@ -98,7 +99,8 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
     start = time.time()
     mix = mix_preset(cfg.mix)
     agents = build_agents(cfg, model_dir, mix)
-    swarm = InMemorySwarm([agent_identity(cfg.seed, a.index) for a in agents], make_rescorer(False),
+    tokens = max(a.trainer.cfg.sampling.max_new_tokens for a in agents)
+    swarm = InMemorySwarm([agent_identity(cfg.seed, a.index) for a in agents], tokens,
                           LOCKSTEP_MAX_AGE if cfg.mode == "lockstep" else float(cfg.pool_max_age),
                           lockstep=cfg.mode == "lockstep")
     judge = heldout(mix, cfg.eval_per_specialty, cfg.eval_seed)
@@ -130,11 +132,10 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
         for agent in order:
             t0 = time.perf_counter()
             agent.start_round(round_no)
-            external = swarm.candidates(agent.index) if cfg.external else []
-            result = agent.trainer.run_round(external)
-            swarm.mark_used(agent.index, result.used_external)
-            if cfg.external:  # nobody reads a solo swarm's groups: skip the re-scoring work
-                swarm.publish(agent.index, result.local_groups)
+            # nobody reads a solo swarm's groups: it publishes nothing (skips the re-scoring work)
+            publish = functools.partial(swarm.publish, agent.index) if cfg.external else None
+            exchange = PoolExchange(swarm.pools[agent.index], publish)
+            result = step(agent.trainer, exchange)
             own = [list(g.rewards or ()) for g in result.local_groups]
             used = [list(v.group.rewards or ()) for v in result.used_external]
             reward_a, groups_trained = measures.trained_on_reward(own, used)
@@ -144,7 +145,7 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
                            "policy_version": result.policy_version,
                            "updated": int(m.get("rows_trained", 0.0) > 0),
                            "own_groups": len(own), "own_mixed": sum(measures.has_signal(g) for g in own),
-                           "ext_candidates": len(external), "ext_used": len(used),
+                           "ext_candidates": exchange.offered, "ext_used": len(used),
                            "groups_trained": groups_trained, "reward_trained": round(reward_a, 6),
                            "reward_generated": round(measures.generated_reward(own), 6),
                            "rows_trained": int(m.get("rows_trained", 0.0)), "loss": round(m.get("loss", 0.0), 6),

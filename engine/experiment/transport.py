@@ -13,13 +13,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from engine.peer_groups import make_pool
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.swarm.config import PoolConfig, ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
-from engine.swarm.pool import RolloutPool
 from engine.swarm.protocol import SwarmProtocol
 from engine.swarm.wire import group_from_wire
 
@@ -45,8 +45,8 @@ class RoundClock:
 class InMemorySwarm:
     """N agents fully connected through signed frames; one RolloutPool per agent."""
 
-    def __init__(self, identities: Sequence[Identity], rescore: Callable[[RolloutGroup], VerifiedGroup | None],
-                 pool_max_age_rounds: float, *, lockstep: bool, limits: ProtocolLimits | None = None) -> None:
+    def __init__(self, identities: Sequence[Identity], max_new_tokens: int, pool_max_age_rounds: float, *,
+                 lockstep: bool, limits: ProtocolLimits | None = None) -> None:
         if len(identities) < 1:
             raise ValueError("a swarm needs at least one agent")
         self.limits = limits or ProtocolLimits()
@@ -55,7 +55,8 @@ class InMemorySwarm:
         # Capacity is generous: the experiment bounds staleness by age (rounds), not by eviction.
         pool_cfg = PoolConfig(capacity=4096, max_peer_share=1.0, max_age_s=float(pool_max_age_rounds),
                               max_policy_lag=1_000_000, max_uses=1)
-        self.pools = [RolloutPool(pool_cfg, rescore, clock=self.clock) for _ in identities]
+        # the node's own pool and gate (make_pool), with this swarm's settings: what a node would keep
+        self.pools = [make_pool(pool_cfg, max_new_tokens, False, clock=self.clock) for _ in identities]
         self.protocols = [SwarmProtocol(ident, self.limits) for ident in identities]
         self.counters: Counter[str] = Counter()
         self.lockstep = lockstep  # hold frames until `flush()` (the round barrier) instead of delivering now

@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 
 from engine.experiment.transport import InMemorySwarm, agent_identity
-from engine.peer_groups import make_rescorer
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.tasks.library import preset, regenerate
 
@@ -23,8 +22,7 @@ def _group(index: int, pattern: tuple[str, ...], round_no: int = 1) -> RolloutGr
 
 
 def _swarm(lockstep: bool, agents: int = 3, max_age: float = 0.5) -> InMemorySwarm:
-    return InMemorySwarm([agent_identity(9, k) for k in range(agents)], make_rescorer(False), max_age,
-                         lockstep=lockstep)
+    return InMemorySwarm([agent_identity(9, k) for k in range(agents)], 32, max_age, lockstep=lockstep)
 
 
 def test_agent_identities_are_deterministic_and_distinct() -> None:
