@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 # Older rounds are kept thinner, so a node that trains for months keeps a store whose size grows
@@ -38,6 +38,12 @@ PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
 # correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
 # weight that round), and each specialty's curriculum rung.
 ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
+# Schema v5: where the round's groups came from (own pick, a peer's frontier question, a peer's text
+# group), how many of each had signal, and the round's seconds split between them (sapo/frontier.py).
+ROUND_METRICS_V5: tuple[str, ...] = (
+    "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed", "peer_text_groups",
+    "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
+)
 # Schema v4: `refusals`, frames the swarm refused (signature, schema, replay, rate ...) by reason over
 # time; groups dropped are rows of `rollouts`. (The table is created for older files too.)
 # Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
@@ -140,6 +146,9 @@ class Store:
         if version < 3:
             for table in ("rounds", "evals"):
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN model TEXT NOT NULL DEFAULT ''")
+        if version < 5:
+            for metric in ROUND_METRICS_V5:
+                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
         self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def __enter__(self) -> Self:
@@ -173,7 +182,7 @@ class Store:
         values = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
-        metric_names = ROUND_METRICS + ROUND_METRICS_V2
+        metric_names = ROUND_METRICS + ROUND_METRICS_V2 + ROUND_METRICS_V5
         values += [_finite(metrics[m], m) if m in metrics else None for m in metric_names]
         values += [_finite(phase_seconds[p], p) if p in phase_seconds else None for p in PHASES]
         spec = {_text(k, "specialty"): _finite(v, k) for k, v in per_specialty.items()}

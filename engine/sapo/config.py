@@ -57,6 +57,10 @@ class SapoConfig:
 
     num_local: int = 8  # I: own questions generated per round
     num_external: int = 0  # J: external groups drawn per round from the pool (0 = solo)
+    # Of the I own questions, how many may be peers' frontier questions (their groups re-scored here held
+    # a right and a wrong answer), answered by this node's own policy: on-policy sharing (sapo/frontier.py)
+    num_suggested: int = 0
+    suggested_per_origin: int = 1  # suggested questions one peer may place in a round
     completions: int = 8  # L: completions per question (GRPO group size), >= 2
     lr: float = 1e-4  # Adam learning rate (the pilot: 1e-4 learned, 3e-4 collapsed the seed)
     adam_beta1: float = 0.9  # Adam first-moment decay
@@ -121,6 +125,8 @@ class SapoConfig:
         _int("num_external", self.num_external, 0, 256)
         if self.num_local + self.num_external < 1:
             raise ValueError("num_local + num_external must be >= 1")
+        _int("num_suggested", self.num_suggested, 0, self.num_local)
+        _int("suggested_per_origin", self.suggested_per_origin, 1, 256)
         _int("completions", self.completions, 2, 64)
         _float("lr", self.lr, 0.0, 1.0, low_open=True)
         _float("adam_beta1", self.adam_beta1, 0.0, 0.999999)

@@ -53,7 +53,9 @@ class PoolExchange:
 def step(trainer: Trainer, exchange: Exchange) -> RoundResult:
     """One round: the candidates (only when the trainer takes peers' groups), the trainer's round, then
     the exchange gets the round's own groups and the peers' groups that entered the loss."""
-    external = exchange.candidates() if trainer.cfg.num_external else []
+    external = exchange.candidates() if trainer.cfg.num_external or trainer.cfg.num_suggested else []
     result = trainer.run_round(external)
-    exchange.after_round(result.local_groups, result.used_external, trainer.cfg.num_external)
+    # a group whose question was answered here was used too: the pool retires it, its origin is told
+    wanted = trainer.cfg.num_external + trainer.cfg.num_suggested  # peers' groups to fetch for next time
+    exchange.after_round(result.local_groups, result.used_external + result.suggested, wanted)
     return result

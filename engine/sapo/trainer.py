@@ -25,6 +25,7 @@ from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
+from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
@@ -36,7 +37,7 @@ from engine.sapo.rows import (
     score_group,
     shape_rewards,
 )
-from engine.sapo.sampler import make_sampler, select_groups
+from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.update import make_optimizer, policy_update
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
@@ -57,6 +58,7 @@ class RoundResult:
     phase_seconds: dict[str, float]  # generate, score, prepare, update, total
     eval: EvalReport | None = None  # the held-out eval, when this round ran one
     checkpoint: Path | None = None  # the checkpoint written after this round, if any
+    suggested: tuple[VerifiedGroup, ...] = ()  # peers' groups whose question this round answered itself
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,6 +90,7 @@ class Trainer:
         self.sampler = make_sampler(cfg.sampler)
         # Each origin's record here; the reputation sampler draws J by it, any sampler keeps it current.
         self.reputation = Reputation(cfg.reputation)
+        self._recent_questions = RecentQuestions()  # asked here lately: not worth a peer's suggestion
         if hasattr(self.sampler, "reputation"):
             self.sampler.reputation = self.reputation
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
@@ -125,8 +128,15 @@ class Trainer:
         t0 = time.perf_counter()
         round_no = self.round + 1
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
-        refs = mix.sample_refs(self.rng, cfg.num_local, cfg.dataset_seed)
-        questions = [lib.regenerate(r) for r in refs]
+        # Part of the I questions may be peers' frontier questions (regenerated and hash-checked by the
+        # pool's gate), answered here on-policy; a group taken for its question is not also a text group.
+        suggested = pick_suggestions(external, cfg.num_suggested, cfg.suggested_per_origin, self.rng,
+                                     self._recent_questions)
+        if suggested:
+            taken = {id(v) for v in suggested}
+            external = [v for v in external if id(v) not in taken]
+        refs = mix.sample_refs(self.rng, cfg.num_local - len(suggested), cfg.dataset_seed)
+        questions = [v.question for v in suggested] + [lib.regenerate(r) for r in refs]
         prompts = [self.prompt(q) for q in questions]
         gen_seed = self.rng.getrandbits(62)
         gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
@@ -140,14 +150,18 @@ class Trainer:
         local: list[LocalGroup] = []
         shaped: list[LocalGroup] = []
         prov = Provenance.local(self.model_id, gen_version, round_no)
-        for q, prompt, comps in zip(questions, prompts, samples):
+        for k, (q, prompt, comps) in enumerate(zip(questions, prompts, samples)):
             group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
                                  provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
             group = score_group(group, q, self.reward_fn)
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
-            self.curriculum.observe(q.specialty, group.rewards or ())
+            if k >= len(suggested):  # a peer's question may sit at another rung than ours
+                self.curriculum.observe(q.specialty, group.rewards or ())
             self.repeated_text.observe_own(group.completions, q.text)
+            self._recent_questions.add(q.hash)
+        for v, lg in zip(suggested, local):  # each origin's suggestions are judged by what they yielded here
+            self.reputation.record(v.group.provenance.origin_peer, flagged=not has_signal([lg.group])[0])
         t_score = time.perf_counter()
 
         # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
@@ -184,13 +198,16 @@ class Trainer:
         t_upd = time.perf_counter()
 
         metrics, per_spec = rollout_metrics(local)
+        sources = source_metrics(len(suggested), has_signal([lg.group for lg in local]),
+                                 [k for k, lg in enumerate(shaped) if id(lg.group) in kept_ids], len(used_ext),
+                                 gen_seconds=t_score - t0, train_seconds=t_upd - t_score)
         gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
         formatted = [lib.format_reward(c) for lg in local for c in lg.group.completions]
         metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
                        tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
                        format_rate=sum(formatted) / max(len(formatted), 1),
                        external_repeated_text=float(repeated), external_j=float(j),
-                       external_pending=float(pending))
+                       external_pending=float(pending), **sources)
         if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
             metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
                            entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
@@ -215,7 +232,7 @@ class Trainer:
         return RoundResult(round=round_no, policy_version=self.policy_version,
                            local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
                            dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
-                           phase_seconds=phases, eval=report, checkpoint=ckpt)
+                           phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(suggested))
 
     # -- evaluation ------------------------------------------------------------------------------
     def heldout_questions(self) -> list[Any]:
