@@ -28,6 +28,9 @@ def register(sub: Any) -> None:
                    help="the swarm's board on a NATS cluster (nats:// or tls://host:port; repeatable). Default: the "
                         "one the bootstrap names")
     p.add_argument("--no-mdns", action="store_true", help="don't announce or browse the LAN")
+    p.add_argument("--swarm", default=None, metavar="NAME",
+                   help="the swarm to join on the LAN: mDNS links only to nodes announcing the same name "
+                        "(lower-case letters, digits, '-'; default: public)")
     p.add_argument("--listen", default=None, metavar="HOST:PORT", help="peer listener (default 0.0.0.0:0)")
     p.add_argument("--data-dir", type=Path, default=None, help="identity, settings, store, checkpoints")
     p.add_argument("--rounds", type=int, default=0, help="leave after N rounds (default: run until stopped)")
@@ -76,7 +79,7 @@ def build_config(args: argparse.Namespace) -> Any:
     from engine.paths import default_data_dir
     from engine.sapo.config import SapoConfig, preset
     from engine.settings import ContributorSettings
-    from engine.swarm.config import SwarmConfig
+    from engine.swarm.config import DEFAULT_SWARM, SwarmConfig
 
     auto = args.preset == "auto"
     sapo = preset("cpu-small" if auto else args.preset)
@@ -106,7 +109,7 @@ def build_config(args: argparse.Namespace) -> Any:
     model = args.model or settings.model or "seed"
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
                         peer_urls=tuple(args.peer), board_urls=tuple(args.nats), mdns=not args.no_mdns,
-                        ca_file=_ca_file(args.ca) or settings.ca_file)
+                        ca_file=_ca_file(args.ca) or settings.ca_file, swarm_name=args.swarm or DEFAULT_SWARM)
     return NodeConfig(data_dir=data_dir, model=model,
                       mix=args.mix, sapo=sapo, real_sapo=real,
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,

@@ -7,6 +7,7 @@ a node links to the swarm; BootstrapConfig configures a rendezvous + relay serve
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -14,6 +15,9 @@ from engine.swarm.receipts import ReceiptConfig
 
 MiB = 1024 * 1024
 BYTES_PER_TOKEN = 16  # a generous UTF-8 size of one token (byte-level BPE merges runs of spaces)
+DEFAULT_SWARM = "public"  # the swarm every node joins unless told otherwise
+# A swarm name: lower case only, so "Lab" and "lab" cannot silently split one swarm in two
+SWARM_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 def _positive(owner: str, **values: float) -> None:
@@ -168,6 +172,10 @@ class SwarmConfig:
     # wss:// bootstraps and the board's TLS servers must chain to a CA in this PEM file (a swarm with its
     # own CA); "" = the system's CAs
     ca_file: str = ""
+    # Which swarm's mDNS announcements are peers: a node announces this name and links only to LAN nodes
+    # announcing the same one (a lab's private swarm; each test run its own, beside a contributor's node).
+    # Lower-case letters, digits and "-", at most 63 characters.
+    swarm_name: str = DEFAULT_SWARM
 
     def __post_init__(self) -> None:
         if not isinstance(self.listen_port, int) or not 0 <= self.listen_port <= 65535:
@@ -188,6 +196,9 @@ class SwarmConfig:
                   forget_peers_after_s=self.forget_peers_after_s)
         if not isinstance(self.ca_file, str) or len(self.ca_file) > 4096 or "\0" in self.ca_file:
             raise ValueError("SwarmConfig.ca_file must be a file path (or \"\" for the system's CAs)")
+        if not isinstance(self.swarm_name, str) or not SWARM_NAME.fullmatch(self.swarm_name):
+            raise ValueError(f"SwarmConfig.swarm_name must be 1-63 lower-case letters, digits or '-' "
+                             f"(e.g. {DEFAULT_SWARM!r}), got {self.swarm_name!r}")
 
 
 @dataclass(frozen=True)

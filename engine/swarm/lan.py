@@ -1,6 +1,7 @@
 """LanDiscovery: the swarm service's mDNS glue. It picks the interfaces to announce on, keeps the latest
-record of each peer found on the LAN (bounded by max_connections, so a LAN flooding us with
-announcements cannot spawn unbounded dialers) and asks the service to dial each new one.
+record of each peer of its swarm found on the LAN (bounded by max_connections, so a LAN flooding us with
+announcements cannot spawn unbounded dialers) and asks the service to dial each new one. Nodes of other
+swarms (`SwarmConfig.swarm_name`) are not peers: `MdnsService` never reports them.
 
 A copy of this node's identity announced on the LAN is detected by `MdnsService`; here it only becomes
 a warning (the peer seen later) or the error `start` raises (the copy was there first).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from engine.swarm.config import DEFAULT_SWARM
 from engine.swarm.errors import DuplicateIdentityError
 from engine.swarm.identity import Identity
 from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
@@ -20,8 +22,10 @@ class LanDiscovery:
     service ignores it once it is stopping)."""
 
     def __init__(self, identity: Identity, model: str, tasks: str, max_peers: int,
-                 dial: Callable[[MdnsPeer], None], log: Callable[[str, str], None]) -> None:
+                 dial: Callable[[MdnsPeer], None], log: Callable[[str, str], None],
+                 swarm: str = DEFAULT_SWARM) -> None:
         self.identity = identity
+        self.swarm = swarm
         self.model = model
         self.tasks = tasks
         self.max_peers = max_peers
@@ -44,7 +48,7 @@ class LanDiscovery:
         if not interfaces:
             return
         self._mdns = MdnsService(self.identity, port, self.model, self.tasks, interfaces,
-                                 self._found, self.lost, self._duplicate)
+                                 self._found, self.lost, self._duplicate, swarm=self.swarm)
         try:
             await self._mdns.start()
         except DuplicateIdentityError:
@@ -56,6 +60,11 @@ class LanDiscovery:
         if self._mdns is not None:
             await self._mdns.stop()
             self._mdns = None
+
+    @property
+    def foreign_count(self) -> int:
+        """Other swarms' announcements under our mDNS type, ignored (0 when mDNS is off)."""
+        return self._mdns.foreign_count if self._mdns is not None else 0
 
     def record(self, peer_id: str) -> MdnsPeer | None:
         """The latest record of a peer on the LAN; None once it has left."""

@@ -75,7 +75,7 @@ class SwarmService:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
         self._server: Server | None = None
         self.lan = LanDiscovery(identity, self.model, self.tasks, config.max_connections, self._mdns_dial_later,
-                                self._log)
+                                self._log, swarm=config.swarm_name)
         self._listen_url = ""
         self._started_at = time.time()
         self._stopping = False
