@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     "checkpoint": "engine.bench.checkpoint",
     "swarm-scale": "engine.bench.swarm_scale",
     "poisoning": "engine.bench.poisoning",
+    "swarm-learning": "engine.bench.swarm_learning",
 }
 
 
