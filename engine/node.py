@@ -186,7 +186,12 @@ class Node:
 
             autostart.apply_setting(new.start_at_login, self.config.data_dir)
         new.save(self.config.data_dir)
-        self.settings = new
+        old, self.settings = self.settings, new
+        self.net.settings = new  # the swarm reads its settings when it starts
+        swarm_keys = ("bootstrap_url", "lan_discovery", "ca_file")
+        if self.net.running and any(getattr(old, k) != getattr(new, k) for k in swarm_keys):
+            await self.net.stop()  # joined: the swarm starts again on the new settings now, training goes on
+            await self.net.start(self._model_id())
         self._wake.set()  # a paused node re-checks its rules now
         return new.to_dict()
 

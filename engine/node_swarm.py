@@ -50,6 +50,8 @@ class NodeSwarm:
                 swarm_cfg, bootstrap_urls=swarm_cfg.bootstrap_urls + (self.settings.bootstrap_url,))
         if not self.settings.lan_discovery:
             swarm_cfg = dataclasses.replace(swarm_cfg, mdns=False)
+        if self.settings.ca_file:  # the app's setting; `sapo run --ca` wins
+            swarm_cfg = dataclasses.replace(swarm_cfg, ca_file=swarm_cfg.ca_file or self.settings.ca_file)
         info = {"model_id": model_id, "task_lib_version": task_library_version()}
         service = SwarmService(self.identity, swarm_cfg, self.pool, info, self._emit,
                                replay_state=cfg.data_dir / "replay-guard.json",

@@ -192,3 +192,33 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
 
     asyncio.run(main())
     node.store.close()
+
+
+def test_a_bootstrap_url_set_in_the_settings_is_used_at_once(tmp_path: Path, tiny_model: Path) -> None:
+    """The app's Settings change the joined node's swarm without an engine restart (it kept the
+    settings object it was built with, and the URL waited for the next process)."""
+    import dataclasses
+
+    from engine.swarm.bootstrap import BootstrapServer
+    from engine.swarm.config import BootstrapConfig, SwarmConfig
+
+    cfg = dataclasses.replace(small_config(tmp_path, tiny_model), solo=False,
+                              swarm=SwarmConfig(listen_host="127.0.0.1", mdns=False))
+    node = Node(cfg)
+
+    async def main() -> None:
+        boot = BootstrapServer(BootstrapConfig(host="127.0.0.1", port=0), log=lambda level, msg: None)
+        await boot.start()
+        try:
+            await node.join()
+            await wait_for(lambda: node.net.service is not None)
+            assert boot.status()["peers"] == []
+            await node.update_settings({"bootstrap_url": boot.url})
+            await wait_for(lambda: len(boot.status()["peers"]) == 1, timeout=30)
+            assert node.status()["round"] >= 0 and node.net.settings.bootstrap_url == boot.url
+            await node.leave()
+        finally:
+            await boot.stop()
+
+    asyncio.run(main())
+    node.store.close()
