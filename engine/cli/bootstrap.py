@@ -7,6 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from engine.swarm.nats_server import PortInUseError, port_in_use
+
+# what to change when one of the embedded server's ports is taken
+_NATS_PORT_FLAGS = {"client": "--nats-port", "websocket": "--nats-ws-port"}
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bootstrap", help="run the swarm's rendezvous and its board (an embedded nats-server)",
@@ -36,9 +41,12 @@ def register(sub: Any) -> None:
                         "network you trust only: any client can overwrite any node's slot)")
     p.add_argument("--board-replicas", type=int, default=1,
                    help="copies of the board's stream in a --nats cluster (1-5; 3 survives a server's loss)")
-    p.add_argument("--nats-port", type=int, default=7701, help="the embedded nats-server's port (0 = any free)")
-    p.add_argument("--nats-ws-port", type=int, default=7702,
-                   help="its websocket port, for nodes that reach only HTTP(S) (0 = any free, -1 = none)")
+    p.add_argument("--nats-port", type=int, default=None,
+                   help="the embedded nats-server's port (default: --port + 1, any free with --port 0; "
+                        "0 = any free)")
+    p.add_argument("--nats-ws-port", type=int, default=None,
+                   help="its websocket port, for nodes that reach only HTTP(S) (default: --port + 2, any free "
+                        "with --port 0; 0 = any free, -1 = none)")
     p.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
                    help="serve TLS with this certificate (PEM, the chain after it): wss:// for the rendezvous, "
                         "tls:// and wss:// for the embedded board; nodes check it against their system CAs, or "
@@ -70,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         if args.peer_rate is not None:
             limits = dataclasses.replace(limits, peer_rate_per_s=args.peer_rate)
         own_tls = _check_tls(args.tls_cert, args.tls_key)
+        if args.port and port_in_use(args.host, args.port):  # say so before the board starts
+            raise ValueError(f"port {args.port} on {args.host} is already in use (another bootstrap on this "
+                             "host?): choose another with --port (0 = any free)")
         config = BootstrapConfig(host=args.host, port=args.port,
                                  max_connections=args.max_connections, max_connections_per_ip=args.max_per_ip,
                                  new_identity_burst_per_ip=args.new_ids_per_ip,
@@ -96,17 +107,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"[info] board: NATS cluster {', '.join(args.nats)} (each node may write only its own key)",
                       file=sys.stderr, flush=True)
         elif not args.no_nats:
-            from engine.swarm.nats_auth import Authority
-
-            authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
-            nats = _start_nats(args.host, args.nats_port, authority.server_config(),
-                               None if args.nats_ws_port < 0 else args.nats_ws_port, args.tls_cert, args.tls_key)
-            advertised = [_advertised(args.host, nats.ports["client"], "tls" if own_tls else "nats")]
-            if "websocket" in nats.ports:
-                advertised.append(_advertised(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
+            nats, authority, advertised = _embedded_board(args, own_tls is not None)
             config = dataclasses.replace(config, board_urls=tuple(advertised), **board_lists)
-            print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its "
-                  "own key)", file=sys.stderr, flush=True)
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
@@ -190,6 +192,43 @@ def _check_tls(cert: Path | None, key: Path | None) -> Any:
         raise TlsError("--tls-cert and --tls-key go together: the certificate and its private key")
     server_context(cert, key)
     return own_server_context(cert)
+
+
+def _nats_ports(port: int, nats_port: int | None, ws_port: int | None) -> tuple[int, int | None]:
+    """The embedded server's client and websocket ports: given, or next to --port so that bootstraps on
+    different --port values on one host do not collide (with --port 0: free ones). None: no websocket."""
+    if nats_port is None:
+        nats_port = port + 1 if port else 0
+    if ws_port is None:
+        ws_port = port + 2 if port else 0
+    for flag, value in (("--nats-port", nats_port), ("--nats-ws-port", ws_port)):
+        if value > 65535 or value < (-1 if flag == "--nats-ws-port" else 0):
+            raise ValueError(f"{flag} {value} is not a port number: choose one with {flag} (0 = any free)")
+    return nats_port, None if ws_port < 0 else ws_port
+
+
+def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, list[str]]:
+    """Start the embedded nats-server with this bootstrap's keys -> (server, authority, the URLs nodes are
+    told). A taken port is a ValueError naming the port and the flag that moves it."""
+    import sys
+
+    from engine.swarm.nats_auth import Authority
+
+    authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
+    nats_port, ws_port = _nats_ports(args.port, args.nats_port, args.nats_ws_port)
+    try:
+        nats = _start_nats(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key)
+    except PortInUseError as exc:
+        raise ValueError(f"the embedded nats-server's port {exc.port} on {exc.host} is already in use (another "
+                         f"bootstrap or nats-server on this host?): choose another with "
+                         f"{_NATS_PORT_FLAGS.get(exc.name, '--nats-port')} (0 = any free), or another --port"
+                         ) from exc
+    advertised = [_advertised(args.host, nats.ports["client"], "tls" if own_tls else "nats")]
+    if "websocket" in nats.ports:
+        advertised.append(_advertised(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
+    print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its own key)",
+          file=sys.stderr, flush=True)
+    return nats, authority, advertised
 
 
 def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None, tls_cert: Path | None = None,

