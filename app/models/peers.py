@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import PeerUpdated
+from engine.swarm.peers import FORGET_AFTER_S
 
 MAX_REASONS = 32  # reasons kept per counter dict; the rest (from a confused engine) is dropped
 MAX_REASON_LEN = 64
@@ -72,8 +75,6 @@ def parse_board(value: Any) -> BoardStatus | None:
 
 def board_text(board: BoardStatus | None, now: float) -> str:
     """One line for the Peers tab about the internet data plane."""
-    import time
-
     if board is None:
         return "Board: none (LAN links and relays only)"
     if not board.connected:
@@ -194,8 +195,15 @@ class PeerRow:
 
 
 class PeersModel:
-    def __init__(self, capacity: int = 512) -> None:
+    """Every peer heard of (from events and the store's history, which keeps peers for ever); listed are
+    the connected ones and those seen within `forget_after_s`, the engine's own horizon for forgetting
+    an unreachable peer. The rest are "gone": counted, not listed."""
+
+    def __init__(self, capacity: int = 512, forget_after_s: float = FORGET_AFTER_S,
+                 clock: Callable[[], float] = time.time) -> None:
         self.capacity = capacity  # peers remembered; the longest-unseen disconnected ones go first
+        self.forget_after_s = forget_after_s
+        self._clock = clock
         self.rows: dict[str, PeerRow] = {}
         self.swarm: SwarmRefusals | None = None  # None when solo or not yet known
         self.version = 0
@@ -227,10 +235,33 @@ class PeersModel:
             row.last_seen = ts
             self.version += 1
 
+    def engine_connected(self, peers_now: Any, ts: float | None = None) -> None:
+        """An engine (re)connected and reports `peers_now` peers reachable. With none, no row is connected
+        any more: links the app saw open belonged to an engine that died or left, and nothing else would
+        ever say they closed (they stayed "connected", and listed, for ever)."""
+        if _count(peers_now) != 0:
+            return  # some are: the rows that are stay as they were; new links come as events
+        ts = self._clock() if ts is None else ts
+        for row in self.rows.values():
+            if row.connected:
+                row.connected, row.last_seen = False, max(row.last_seen, ts)
+                self.version += 1
+
     @property
     def connected(self) -> int:
         return sum(r.connected for r in self.rows.values())
 
-    def sorted_rows(self) -> list[PeerRow]:
-        """Connected first, then most recently seen."""
-        return sorted(self.rows.values(), key=lambda r: (not r.connected, -r.last_seen))
+    def recent(self, row: PeerRow, now: float) -> bool:
+        return row.connected or row.last_seen >= now - self.forget_after_s
+
+    def sorted_rows(self, now: float | None = None) -> list[PeerRow]:
+        """The peers to list (connected, or seen within `forget_after_s`): connected first, then most
+        recently seen."""
+        now = self._clock() if now is None else now
+        return sorted((r for r in self.rows.values() if self.recent(r, now)),
+                      key=lambda r: (not r.connected, -r.last_seen))
+
+    def gone(self, now: float | None = None) -> int:
+        """Peers not seen for `forget_after_s` or more (not listed)."""
+        now = self._clock() if now is None else now
+        return sum(not self.recent(r, now) for r in self.rows.values())

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.models.dashboard import DashboardModel
-from app.models.ring import Ring, decimate
+from app.models.ring import Ring
 from app.theme import PLOT_COLORS
 
 # Antialiasing and grid lines each cost several times the rest of a repaint in Qt's raster engine
@@ -19,6 +21,10 @@ from app.theme import PLOT_COLORS
 # Pens are 1 px too: wider pens are stroked as paths, several times slower than plain lines.
 pg.setConfigOptions(antialias=False, background="w", foreground="#374151")
 MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
+# Fewer on narrow plots: a point every pixel or two of a noisy series is a solid block of colour.
+PX_PER_POINT = 3
+MIN_POINTS = 64
+TICK_GAP_PX = 12  # between neighbouring tick labels
 BOUNDED = (-0.02, 1.02)  # plots of fractions and rewards keep this y range (0..1, the edges visible)
 
 
@@ -41,25 +47,59 @@ def stepped_range(current: tuple[float, float] | None, low: float, high: float) 
     return bottom, nice_above(high * 1.1) if high > 0 else (0.0 if low < 0 else 10.0)
 
 
-def axis_ticks(low: float, high: float) -> list[tuple[float, str]]:
-    """About six labelled ticks on a 1-2-5 step across [low, high]. Given to pyqtgraph explicitly, so a
-    repaint draws them instead of searching tick spacings (most of an axis's paint time)."""
+def tick_label(value: float, decimals: int) -> str:
+    """Compact: "1.5k", "200k", "2M" (a narrow axis has room for four or five characters a tick)."""
+    size = abs(value)
+    if size >= 1_000_000:
+        return f"{value / 1_000_000:g}M"
+    if size >= 1000:
+        return f"{value / 1000:g}k"
+    return f"{value:.{decimals}f}"
+
+
+def axis_ticks(low: float, high: float, max_ticks: int = 6) -> list[tuple[float, str]]:
+    """About `max_ticks` labelled ticks on a 1-2-5 step across [low, high]. Given to pyqtgraph explicitly,
+    so a repaint draws them instead of searching tick spacings (most of an axis's paint time)."""
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return []
-    step = nice_above((high - low) / 6)
+    step = nice_above((high - low) / max(1, max_ticks))
     decimals = max(0, -math.floor(math.log10(step) + 1e-9))
     ticks = []
     for k in range(math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9) + 1):
         value = round(k * step, decimals + 1)
-        label = f"{value / 1000:g}k" if abs(value) >= 10_000 else f"{value:,.{decimals}f}"
-        ticks.append((value, label))
+        ticks.append((value, tick_label(value, decimals)))
     return ticks
+
+
+def fitting_ticks(low: float, high: float, length_px: float, label_px: Callable[[str], float],
+                  gap_px: float = TICK_GAP_PX) -> list[tuple[float, str]]:
+    """The most ticks (six at most) whose labels, `label_px` long each along an axis of `length_px`,
+    leave `gap_px` between neighbours: on a small plot "1,0002,0003,000" became "0  2k  4k"."""
+    ticks = axis_ticks(low, high)
+    if length_px <= 0:  # not laid out yet: the resize that follows fits them
+        return ticks
+    for count in range(6, 1, -1):
+        ticks = axis_ticks(low, high, count)
+        if len(ticks) < 2:
+            return ticks
+        spacing = length_px * (ticks[1][0] - ticks[0][0]) / (high - low)
+        if spacing >= max(label_px(label) for _, label in ticks) + gap_px:
+            return ticks
+    return ticks[::2] if len(ticks) > 2 else ticks
 
 
 def set_axis_range(plot: pg.PlotItem, x_range: tuple[float, float], y_range: tuple[float, float]) -> None:
     plot.setRange(xRange=x_range, yRange=y_range, padding=0)
-    plot.getAxis("bottom").setTicks([axis_ticks(*x_range)])
-    plot.getAxis("left").setTicks([axis_ticks(*y_range)])
+    set_axis_ticks(plot, x_range, y_range)
+
+
+def set_axis_ticks(plot: pg.PlotItem, x_range: tuple[float, float], y_range: tuple[float, float]) -> None:
+    """Ticks that fit the plot's size now (called again when it is resized)."""
+    bottom, left = plot.getAxis("bottom"), plot.getAxis("left")
+    metrics = QFontMetricsF(bottom.style.get("tickFont") or bottom.font())
+    line = metrics.height()
+    bottom.setTicks([fitting_ticks(*x_range, plot.vb.width(), metrics.horizontalAdvance)])
+    left.setTicks([fitting_ticks(*y_range, plot.vb.height(), lambda _label: line, gap_px=2)])
 
 
 class _Curve:
@@ -74,17 +114,21 @@ class _Curve:
         self.item = plot.plot(pen=pg.mkPen(color, width=width, style=style), name=name, antialias=antialias)
         self.plot = plot
         self._version = -1
+        self.xs, self.ys = np.zeros(0), np.zeros(0)  # what is drawn
 
     def sync(self) -> bool:
         if self.ring.version == self._version:
             return False
         self._version = self.ring.version
-        self.item.setData(*decimate(self.ring.x, self.ring.y, self.max_points))
+        # the whole history as bucket means: bounded by the plot's width, readable at 100,000 rounds
+        points = min(self.max_points, max(MIN_POINTS, int(self.plot.vb.width() / PX_PER_POINT)))
+        self.xs, self.ys = self.ring.summary.means(points)
+        self.item.setData(self.xs, self.ys)
         return True
 
 
 NEW_CURVES_PER_REFRESH = 2  # a new curve costs a few ms to make: the first round's dozen are spread out
-VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1,500" or "12k" beside the ticks
+VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1.5k" or "12k" beside the ticks
 NO_ROUNDS_HINT = ("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
                   "and past rounds reload from the engine's store.")
 CURRICULUM_TIP = ("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
@@ -166,6 +210,7 @@ class DashboardView(QWidget):
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
         grid = self.plots.ci
+        self._ranges: dict[tuple[int, str], tuple[float, float]] = {}  # (plot, axis) -> the range shown
         # Four columns: the answer-format plot joins row 1, and the wide plots (reward, per specialty,
         # per phase) span two so their title legends have room.
         self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
@@ -185,7 +230,6 @@ class DashboardView(QWidget):
             grid.layout.setColumnStretchFactor(col, 1)
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
         self._bounded = (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot)
-        self._ranges: dict[tuple[int, str], tuple[float, float]] = {}
         self.zero_std_plot.setToolTip(CARD_TIPS["zero_std"])
 
         s = model.series
@@ -224,8 +268,7 @@ class DashboardView(QWidget):
         self._seen_version = -1
         self._next_group = 0
 
-    @staticmethod
-    def _plot(grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1) -> pg.PlotItem:
+    def _plot(self, grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1) -> pg.PlotItem:
         plot = grid.addPlot(row=row, col=col, colspan=colspan, title=title)
         plot.setLabel("bottom", "round")
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
@@ -239,7 +282,12 @@ class DashboardView(QWidget):
         set_axis_range(plot, (0, 10), (0, 1))
         plot.disableAutoRange()
         plot.setMenuEnabled(False)
+        # as many tick labels as its new size has room for (a resize is rare: a window resize, a relayout)
+        plot.vb.sigResized.connect(lambda _vb, p=plot: set_axis_ticks(p, *self._shown_range(p)))
         return plot
+
+    def _shown_range(self, plot: pg.PlotItem) -> tuple[tuple[float, float], tuple[float, float]]:
+        return self._ranges.get((id(plot), "x"), (0.0, 10.0)), self._ranges.get((id(plot), "y"), (0.0, 1.0))
 
     def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int,
                  budget: int) -> int:
@@ -309,12 +357,12 @@ class DashboardView(QWidget):
     def _fit_ranges(self, plots: object) -> None:
         """Axis ranges in steps (see `stepped_range`); the bounded plots keep 0..1."""
         for plot in plots:  # type: ignore[attr-defined]
-            rings = [c.ring for c in self._curves if c.plot is plot and len(c.ring)]
-            if not rings:
+            curves = [c for c in self._curves if c.plot is plot and len(c.ring)]
+            if not curves:
                 continue
-            x_high = max(float(r.x[-1]) for r in rings)
+            x_high = max(float(c.ring.x[-1]) for c in curves)
             xr = stepped_range(self._ranges.get((id(plot), "x")), 0.0, x_high)
-            ys = [r.y[np.isfinite(r.y)] for r in rings]
+            ys = [c.ys[np.isfinite(c.ys)] for c in curves]  # what is drawn: bucket means of the whole history
             ys = [y for y in ys if len(y)]
             yr = BOUNDED if plot in self._bounded or not ys else stepped_range(
                 self._ranges.get((id(plot), "y")), min(float(y.min()) for y in ys), max(float(y.max()) for y in ys))

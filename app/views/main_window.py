@@ -236,6 +236,7 @@ class MainWindow(EngineActions, QMainWindow):
                 if isinstance(snap["status"], dict):
                     node.apply_status(snap["status"])
                     model.peers.apply_status(snap["status"])
+                    model.peers.engine_connected(snap["status"].get("peers"))
                 model.load_history(snap.get("history"))
                 if isinstance(snap.get("settings"), dict):
                     model.settings = snap["settings"]

@@ -40,6 +40,16 @@ def ago(ts: float, now: float | None = None) -> str:
     return f"{seconds / 86400:.1f} days ago"
 
 
+def summary_text(connected: int, listed: int, gone: int, forget_after_s: float) -> str:
+    """The line above the table: who is listed, and how many are not because they have been gone a while."""
+    text = f"<b>{connected}</b> connected of {listed} recent peer{'s' if listed != 1 else ''}"
+    if gone:
+        text += (f" ({gone:,} more gone: not seen for {forget_after_s / 60:.0f} min or more, "
+                 "not listed)")
+    return text + (". Peers are found on the LAN by mDNS and through the bootstrap server; their rollouts "
+                   "are re-scored here before use.")
+
+
 class PeersView(QWidget):
     def __init__(self, peers: PeersModel, feed: FeedModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -102,7 +112,7 @@ class PeersView(QWidget):
         self.board.setText(board_text(swarm.board, now) if swarm is not None else "")
         self._show_credit(swarm.credit if swarm is not None else None, now)
         reputation = swarm.reputation if swarm is not None else {}
-        rows = self.peers.sorted_rows()
+        rows = self.peers.sorted_rows(now)  # connected or seen lately: peers long gone are only counted
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):
             counts = self.feed.per_peer.get(row.peer_id)
@@ -127,10 +137,8 @@ class PeersView(QWidget):
                     item.setForeground(QColor("#dc2626" if low else "#111827"))
                     item.setToolTip(TRUST_TIP + (f"\nJudged on {trust[1]:,} rollouts." if trust else
                                                  "\nNo rollouts judged yet."))
-        known = len(rows)
-        self.summary.setText(f"<b>{self.peers.connected}</b> connected of {known} known peer"
-                             f"{'s' if known != 1 else ''}. Peers are found on the LAN by mDNS and through "
-                             "the bootstrap server; their rollouts are re-scored here before use.")
+        self.summary.setText(summary_text(self.peers.connected, len(rows), self.peers.gone(now),
+                                          self.peers.forget_after_s))
 
     def _show_credit(self, credit: Credit | None, now: float) -> None:
         self.credit.setVisible(credit is not None)
