@@ -4,31 +4,17 @@ an error about cluster keys from whoever holds that port."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from test_swarm_nodes import wait_http
 
 from engine.cli.bootstrap import _nats_ports
-
-
-def wait_http(url: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return json.loads(resp.read())
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def _free_block(width: int = 3) -> int:
