@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         if args.peer_rate is not None:
             limits = dataclasses.replace(limits, peer_rate_per_s=args.peer_rate)
         own_tls = _check_tls(args.tls_cert, args.tls_key)
-        if args.port and port_in_use(args.host, args.port):  # say so before the board starts
+        if 0 < args.port <= 65535 and port_in_use(args.host, args.port):  # say so before the board starts
             raise ValueError(f"port {args.port} on {args.host} is already in use (another bootstrap on this "
                              "host?): choose another with --port (0 = any free)")
         config = BootstrapConfig(host=args.host, port=args.port,
