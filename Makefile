@@ -28,7 +28,7 @@ test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check engine app tests
+	$(VENV)/bin/ruff check engine app lab tests
 
 bench: $(STAMP)
 	$(VENV)/bin/sapo bench all

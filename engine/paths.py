@@ -16,7 +16,6 @@ _BUNDLE_DIR = getattr(sys, "_MEIPASS", None) if getattr(sys, "frozen", False) el
 RESOURCES_DIR = Path(os.environ.get("SAPO_RESOURCES") or
                      (Path(_BUNDLE_DIR) / "resources" if _BUNDLE_DIR else REPO_ROOT / "resources"))
 SEED_MODEL_DIR = RESOURCES_DIR / "models" / "seed"
-BENCH_DIR = REPO_ROOT / "bench"
 
 
 def default_data_dir() -> Path:

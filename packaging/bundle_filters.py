@@ -22,6 +22,7 @@ TRANSFORMERS_MODELS_KEPT = frozenset({"auto", "llama", "qwen2", "qwen3", "encode
 ALWAYS_EXCLUDED_MODULES = (
     "tkinter", "_tkinter", "IPython", "jupyter_client", "ipykernel", "notebook",
     "pytest", "_pytest", "pytestqt", "pytest_timeout", "PyInstaller", "mypy", "ruff",
+    "lab",  # the benches and experiments: a source checkout's, never a contributor's
     "torch.utils.tensorboard", "tensorboard",
     # Optional imports of transformers / huggingface_hub / reasoning_gym that the nine specialties and
     # the engine never reach (checked: absent from sys.modules after a node run and the app's start).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
 # One line per command module; each owner adds its own.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -19,10 +20,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.seed_model",
     "engine.cli.tasks",
     "engine.cli.train",
-    "engine.cli.bench",
-    "engine.cli.experiment",
     "engine.cli.desktop",
 )
+LAB_COMMANDS = "lab.cli"  # optional: present in a source checkout only
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +31,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _register_lab(sub)
     return parser
+
+
+def _register_lab(sub: Any) -> None:
+    """`sapo bench` and `sapo experiment` come from the lab, which sits beside the engine in a source
+    checkout and is left out of the bundle; without it the commands are simply absent."""
+    try:
+        lab_cli = importlib.import_module(LAB_COMMANDS)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("lab", LAB_COMMANDS):
+            raise  # the lab is there but broken: say so rather than hide its commands
+        return
+    lab_cli.register(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

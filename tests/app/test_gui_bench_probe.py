@@ -1,4 +1,4 @@
-"""The GUI bench's probes (app/bench.py) on a real Qt event loop, offscreen: a handler that blocks the
+"""The GUI bench's probes (lab/bench/gui_probe.py) on a real Qt event loop, offscreen: a handler that blocks the
 loop is reported as a long stall, and the stack sampler names the function it was in."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 from PySide6.QtCore import QEventLoop, QTimer
 from pytestqt.qtbot import QtBot
 
-from app.bench import StackSampler, StallProbe
+from lab.bench.gui_probe import StackSampler, StallProbe
 
 
 def _hog_the_loop_for(seconds: float) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.bench import generate
+from lab.bench import generate
 
 
 def test_generate_bench_runs_both_generators_on_the_seed(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_generate_bench_runs_both_generators_on_the_seed(tmp_path: Path) -> None
 
 
 def test_cpu_round_bench_trains_every_completion_in_each_configuration(tmp_path: Path) -> None:
-    from engine.bench import cpu_round
+    from lab.bench import cpu_round
 
     result = cpu_round.run(out_dir=tmp_path, model="seed", rounds=1, max_new_tokens=16)
     assert set(result["configs"]) == {"hf-fp32", "llamacpp-fp32", "llamacpp-bf16"}

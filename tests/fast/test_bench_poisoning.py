@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
-from engine.bench import attacks, poisoning
 from engine.tasks import library
+from lab.bench import attacks, poisoning
 
 
 def test_every_attack_class_builds_valid_groups_of_real_questions() -> None:

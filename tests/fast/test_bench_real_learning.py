@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.bench import real_learning
+from lab.bench import real_learning
 
 
 def test_real_learning_bench_runs_both_arms_and_writes_the_issue_keys(tmp_path: Path) -> None:

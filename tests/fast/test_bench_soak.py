@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import soak
+from lab.bench import soak
 
 
 def test_slope_and_its_error_on_a_known_line() -> None:
@@ -109,8 +109,8 @@ def test_a_short_soak_samples_a_live_node(tmp_path: Path) -> None:
 def test_traced_growth_is_named_by_the_engine_line_that_allocated_it(tmp_path: Path) -> None:
     import tracemalloc
 
-    from engine.bench import soak_trace
     from engine.swarm.receipts import ReceiptBook, ReceiptConfig
+    from lab.bench import soak_trace
 
     started = not tracemalloc.is_tracing()
     if started:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.bench import swarm_learning
-from engine.bench.swarm_arm import node_specialties
+from lab.bench import swarm_learning
+from lab.bench.swarm_arm import node_specialties
 
 
 def test_heterogeneous_nodes_cover_every_specialty_twice() -> None:

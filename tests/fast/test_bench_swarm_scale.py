@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import swarm_scale
+from lab.bench import swarm_scale
 
 
 def test_growth_law_recovers_a_power() -> None:

@@ -24,7 +24,7 @@ from engine.models.gguf_convert import (
     rope_permute,
     write_lora_adapter,
 )
-from engine.models.tiny import build_tiny_bpe_policy
+from lab.tiny_models import build_tiny_bpe_policy
 
 
 def test_rope_permute_interleaves_each_heads_halves() -> None:

@@ -15,8 +15,8 @@ from engine.models.generate import SampleConfig, encode_prompts
 from engine.models.gguf_convert import convert_hf_to_gguf, ensure_converter
 from engine.models.llamacpp import LlamaCppConfig, LlamaCppGenerator
 from engine.models.policy import LoraSpec, load_policy
-from engine.models.tiny import build_tiny_bpe_policy
 from engine.sapo.logprobs import build_batch, token_logprobs
+from lab.tiny_models import build_tiny_bpe_policy
 
 PROMPTS = ["7+5=", "a longer prompt, so the rows differ in length: 12*3="]
 TOL = 2e-3  # f32 weights, f32 KV cache: llama.cpp and torch agree to ~1e-4 per token log-prob

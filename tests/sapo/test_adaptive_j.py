@@ -87,8 +87,8 @@ def test_the_trainer_chooses_j_among_the_arms_and_resumes_the_bandit(tmp_path: P
 
 
 def test_experiment_arms_name_the_adaptive_j_and_refuse_it_without_peers() -> None:
-    from engine.experiment.agents import sapo_config
-    from engine.experiment.config import ArmConfig, preset
+    from lab.experiment.agents import sapo_config
+    from lab.experiment.config import ArmConfig, preset
 
     arm = ArmConfig(adaptive_j=True)
     assert arm.label == "4/4 positive-only+adaptive-J" and "adaptive-J" in arm.name

@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 
 @pytest.mark.slow
 def test_round_bench_matches_trl_step(tmp_path: Path) -> None:
-    from engine.bench import round as bench
+    from lab.bench import round as bench
 
     model = build_tiny_policy(tmp_path / "m", seed=0, hidden=64, layers=2)
     result = bench.run(out_dir=tmp_path / "out", model_dir=model, steps=1, rounds=1, repeats=1)

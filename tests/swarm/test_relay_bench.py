@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import relay
+from lab.bench import relay
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]

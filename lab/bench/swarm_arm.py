@@ -1,0 +1,121 @@
+"""One arm of `sapo bench swarm-learning` for one training seed, in its own process (one core).
+
+N real-model nodes (SmolLM2-135M through llama.cpp) each run the node's own round step
+(`engine.sapo.step`) over the node's own pool (`peer_groups.make_pool`); their groups travel as signed
+`rollouts` frames of the real protocol between them (`experiment.transport.InMemorySwarm`, lock-step:
+a round's groups arrive before the next round). What differs between arms is only what a node takes
+from the swarm:
+
+  solo       nothing (the same N nodes, alone: the pairing for every other arm)
+  text       J peers' text groups (today's default sharing)
+  question   part of its own I questions from peers' frontier questions, answered by itself
+  both       both
+
+Settings: homogeneous (every node the same specialties) and heterogeneous (node k trains on 2 of the
+4, and is judged on all 4). `python -m lab.bench.swarm_arm ARGS_JSON OUT_JSON`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lab.bench.real_arm import judge, judge_mix, train_mix
+
+ARMS: dict[str, dict[str, int]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
+    "solo": {"num_external": 0, "num_suggested": 0},
+    "text": {"num_external": 2, "num_suggested": 0},
+    "question": {"num_external": 0, "num_suggested": 1},
+    "both": {"num_external": 2, "num_suggested": 1},
+}
+SETTINGS = ("homogeneous", "heterogeneous")
+
+
+def node_specialties(setting: str, k: int, specialties: list[str]) -> list[str]:
+    """Heterogeneous: node k trains on two neighbouring specialties of the four (each covered twice)."""
+    if setting == "homogeneous":
+        return list(specialties)
+    return [specialties[k % len(specialties)], specialties[(k + 1) % len(specialties)]]
+
+
+def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int, specialties: list[str],
+          overrides: dict[str, Any]) -> Any:
+    from engine.models.backends import load_for_node
+    from engine.sapo.config import SapoConfig, preset
+    from engine.sapo.trainer import Trainer
+
+    loaded = load_for_node(model, "llamacpp", "cpu", data_dir)
+    cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
+        "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
+        "eval_every": 0, "checkpoint_every": 0} | ARMS[arm] | overrides)
+    mix = train_mix(node_specialties(setting, k, specialties))
+    return Trainer(loaded.model, loaded.tokenizer, cfg, mix, None, None, seed=seed * 100 + k,
+                   model_id=loaded.model_id, generator=loaded.generator), loaded
+
+
+def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], threads: int, rounds: int,
+                  specialties: list[str], judge_per_specialty: int, eval_k: int, eval_seeds: list[int],
+                  seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from engine.sapo.step import PoolExchange, step
+    from engine.tasks.library import heldout
+    from lab.experiment.transport import InMemorySwarm, agent_identity
+
+    torch.set_num_threads(threads)  # after the imports: a module setting threads at import doubles them
+    t_start = time.time()
+    built = [_node(model, Path(d), arm, setting, k, seed, specialties, overrides) for k, d in enumerate(data_dirs)]
+    nodes = [trainer for trainer, _ in built]
+    judge_q = heldout(judge_mix(specialties), judge_per_specialty, nodes[0].cfg.eval_seed)
+    if rounds == 0:  # every node starts from these weights: judged once, for every arm
+        before = judge(nodes[0], judge_q, eval_k, eval_seeds)
+        for _, loaded in built:
+            loaded.generator.close()
+        return {"before": before, "model": built[0][1].model_id, "backend": built[0][1].label}
+    sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0
+    swarm = InMemorySwarm([agent_identity(seed, k) for k in range(len(nodes))],
+                          max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
+    exchanges = [PoolExchange(swarm.pools[k], functools.partial(swarm.publish, k) if sharing else None)
+                 for k in range(len(nodes))]
+    history: list[list[dict[str, float]]] = [[] for _ in nodes]
+    cpu = [0.0 for _ in nodes]
+    for r in range(1, rounds + 1):
+        swarm.clock.now = float(r)
+        swarm.flush()  # the barrier: the previous round's groups arrive now
+        for k, node in enumerate(nodes):
+            c0 = time.process_time()
+            result = step(node, exchanges[k])
+            cpu[k] += time.process_time() - c0
+            m = result.metrics
+            history[k].append({key: float(m.get(key, 0.0)) for key in (
+                "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
+                "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text")}
+                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)})
+        if r % 10 == 0 or r == 1:
+            recent = [h for hist in history for h in hist[-10:]]
+            print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "
+                  f"{statistics.fmean(h['reward_mean'] for h in recent):.3f} mixed "
+                  f"{statistics.fmean(h['mixed_fraction'] for h in recent):.2f} ({time.time() - t_start:.0f} s)",
+                  flush=True)
+    after = [judge(node, judge_q, eval_k, eval_seeds) for node in nodes]
+    for _, loaded in built:
+        loaded.generator.close()
+    return {"arm": arm, "setting": setting, "seed": seed, "rounds": rounds, "nodes": len(nodes),
+            "config": nodes[0].cfg.to_dict(), "after": after, "cpu_seconds": cpu, "history": history,
+            "specialties": [node_specialties(setting, k, specialties) for k in range(len(nodes))],
+            "minutes": (time.time() - t_start) / 60, "counters": dict(swarm.counters)}
+
+
+def main(argv: list[str]) -> int:
+    args = json.loads(Path(argv[0]).read_text())
+    Path(argv[1]).write_text(json.dumps(run_swarm_arm(**args)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,202 @@
+"""`sapo bench swarm-learning`: does a SmolLM2 node that shares learn faster than one alone?
+
+Per setting (homogeneous, heterogeneous) and training seed, the same N SmolLM2-135M nodes run each
+arm (lab/bench/swarm_arm.py: solo, text, question, both) through the node's own round step and
+pool, exchanging real signed frames. All start from the same weights, judged once before; each node
+is judged after on the same held-out set (the curriculum's entry rungs of the 4 specialties, k samples
+at T = 1). An arm's score for a seed is its nodes' mean; its effect is paired with the solo arm of the
+same seed. Each (setting, arm, seed) is saved when it ends (`work_dir`), a rerun skips what is there,
+and the committed result is rewritten after each: a stopped run loses only the arm in flight.
+Writes bench/swarm_learning.{json,md,png}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from engine.paths import REPO_ROOT
+from lab import BENCH_DIR
+from lab.bench.real_learning import SPECIALTIES, _prepare
+from lab.bench.swarm_arm import ARMS, SETTINGS
+
+DESCRIPTION = ("SmolLM2 nodes sharing text, questions or both vs alone, paired by seed: held-out gain "
+               "per CPU-hour (long: hours)")
+LONG = True
+
+
+def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", nodes: int = 3, rounds: int = 100,
+        seeds: list[int] | None = None, arms: list[str] | None = None, settings: list[str] | None = None,
+        judge_per_specialty: int = 64, eval_k: int = 4, eval_repeats: int = 1, parallel: int = 2,
+        work_dir: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    seeds = list(seeds if seeds is not None else [0, 1, 2])
+    arms, settings = list(arms or ARMS), list(settings or SETTINGS)
+    for name in arms:
+        if name not in ARMS:
+            raise ValueError(f"arm {name!r}: the arms are {', '.join(ARMS)}")
+    for name in settings:
+        if name not in SETTINGS:
+            raise ValueError(f"setting {name!r}: the settings are {', '.join(SETTINGS)}")
+    # finished runs (small JSON, committed with the result so that a later session resumes them); the
+    # converted model and the nodes' data dirs stay in the machine's temp dir
+    work = Path(work_dir) if work_dir else Path(out_dir) / "swarm_learning_runs"
+    work.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.gettempdir()) / f"sapo-swarm-learning-{model}"
+    shared = scratch / "shared"
+    _prepare(model, shared)
+    common = {"model": model, "threads": 1, "specialties": list(SPECIALTIES),
+              "judge_per_specialty": judge_per_specialty, "eval_k": eval_k,
+              "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "overrides": overrides or {}}
+    if not (work / "before.json").exists():
+        _wait(_launch(work, "before", {**common, "arm": "solo", "setting": "homogeneous", "seed": 0, "rounds": 0},
+                      1, shared, scratch, max(1, min(os.cpu_count() or 1, 4))))
+    todo = [(s, a, seed) for seed in seeds for s in settings for a in arms
+            if not (work / f"{s}-{a}-{seed}.json").exists()]
+    running: list[tuple[str, subprocess.Popen[bytes]]] = []
+    while todo or running:
+        while todo and len(running) < max(1, parallel):
+            setting, arm, seed = todo.pop(0)
+            name = f"{setting}-{arm}-{seed}"
+            args = {**common, "arm": arm, "setting": setting, "seed": seed, "rounds": rounds}
+            running.append(_launch(work, name, args, nodes, shared, scratch, 1))
+        time.sleep(2)
+        for item in [r for r in running if r[1].poll() is not None]:
+            running.remove(item)
+            _wait(item)
+            write(summarize(work), out_dir)  # after each arm: a stopped run keeps what it finished
+    return write(summarize(work), out_dir)
+
+
+def _launch(work: Path, name: str, args: dict[str, Any], n: int, shared: Path, scratch: Path,
+            threads: int) -> tuple[str, subprocess.Popen[bytes]]:
+    dirs = []
+    for k in range(n):  # every node reads the one converted model
+        data_dir = scratch / "nodes" / f"{name}-{k}"
+        (data_dir / "models" / "llamacpp").mkdir(parents=True, exist_ok=True)
+        link = data_dir / "models" / "llamacpp" / "converted"
+        if not link.exists():
+            os.symlink(shared / "models" / "llamacpp" / "converted", link)
+        dirs.append(str(data_dir))
+    args = {**args, "data_dirs": dirs, "threads": threads}
+    (work / f"{name}.args").write_text(json.dumps(args))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "lab.bench.swarm_arm", str(work / f"{name}.args"),
+                             str(work / f"{name}.json.tmp")], cwd=REPO_ROOT, env=env)
+    return name, proc
+
+
+def _wait(item: tuple[str, subprocess.Popen[bytes]]) -> None:
+    name, proc = item
+    if proc.wait() != 0:
+        raise RuntimeError(f"swarm-learning arm {name} failed (exit {proc.returncode}); its output is above")
+    work = Path(proc.args[-1]).parent  # type: ignore[index]
+    (work / f"{name}.json.tmp").replace(work / f"{name}.json")
+
+
+def _tail(history: list[dict[str, float]], key: str, n: int = 20) -> float:
+    tail = history[-n:]
+    return statistics.fmean(h[key] for h in tail) if tail else 0.0
+
+
+def summarize(work: Path) -> dict[str, Any]:
+    """The issue's keys from every finished (setting, arm, seed) under `work`."""
+    before = json.loads((work / "before.json").read_text())
+    runs = [json.loads(p.read_text()) for p in sorted(work.glob("*-*-*.json"))]
+    base = before["before"]["pass_at_1"]
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for run_ in runs:
+        nodes = run_["after"]
+        by.setdefault((run_["setting"], run_["arm"]), {})[run_["seed"]] = {
+            "pass_at_1": statistics.fmean(j["pass_at_1"] for j in nodes),
+            "accuracy_formatted": statistics.fmean(j["accuracy_formatted"] for j in nodes),
+            "mixed_fraction": statistics.fmean(_tail(h, "mixed_fraction") for h in run_["history"]),
+            "cpu_seconds": statistics.fmean(run_["cpu_seconds"]),
+            "sources": {key: statistics.fmean(sum(x[key] for x in h) for h in run_["history"])
+                        for key in ("own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
+                                    "peer_text_groups", "seconds_own_pick", "seconds_suggested",
+                                    "seconds_peer_text")},
+            "rounds": run_["rounds"], "nodes": run_["nodes"]}
+    arms = []
+    for (setting, arm), per_seed in sorted(by.items()):
+        seeds = sorted(per_seed)
+        solo = by.get((setting, "solo"), {})
+        paired = [per_seed[s]["pass_at_1"] - solo[s]["pass_at_1"] for s in seeds if s in solo]
+        cpu = statistics.fmean(per_seed[s]["cpu_seconds"] for s in seeds)
+        gain = statistics.fmean(per_seed[s]["pass_at_1"] - base for s in seeds)
+        arms.append({"name": arm, "setting": setting, "seeds": seeds,
+                     "pass_at_1_after": [per_seed[s]["pass_at_1"] for s in seeds],
+                     "accuracy_formatted_after": [per_seed[s]["accuracy_formatted"] for s in seeds],
+                     "delta_vs_solo_mean": statistics.fmean(paired) if paired else None,
+                     "delta_vs_solo_sd": statistics.stdev(paired) if len(paired) > 1 else None,
+                     "delta_vs_solo_per_seed": paired,
+                     "mixed_fraction": statistics.fmean(per_seed[s]["mixed_fraction"] for s in seeds),
+                     "cpu_seconds": cpu, "gain_per_cpu_hour": gain / (cpu / 3600) if cpu > 0 else None,
+                     "sources": {k: statistics.fmean(per_seed[s]["sources"][k] for s in seeds)
+                                 for k in per_seed[seeds[0]]["sources"]},
+                     "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]})
+    return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
+            "judge_questions": before["before"]["questions"], "eval_k": before["before"]["k"],
+            "arms": arms, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    from lab.bench import save_results
+
+    return save_results(out_dir, "swarm_learning", result, table, plot)
+
+
+def table(result: dict[str, Any]) -> str:
+    b = result["before"]
+    lines = [f"# Sharing on a real model: {result['model']} ({result['backend']})",
+             (f"Judge: {result['judge_questions']} held-out questions, k = {result['eval_k']} at T = 1; "
+              f"before: pass@1 {b['pass_at_1']:.4f}. Each arm's nodes run the node's own round step and pool; "
+              f"Δ is paired with the solo arm of the same training seed. {result['measured_at']}."), "",
+             ("| setting | arm | seeds | nodes x rounds | pass@1 after (per seed) | Δ vs solo (mean ± sd) | "
+              "own groups mixed | CPU-s per node | gain per CPU-hour |"), "|---|---|---|---|---|---|---|---|---|"]
+    for a in result["arms"]:
+        delta = ("—" if a["delta_vs_solo_mean"] is None else f"{a['delta_vs_solo_mean']:+.4f}"
+                 + (f" ± {a['delta_vs_solo_sd']:.4f}" if a["delta_vs_solo_sd"] is not None else " (one seed)"))
+        gain = "—" if a["gain_per_cpu_hour"] is None else f"{a['gain_per_cpu_hour']:+.4f}"
+        lines.append(f"| {a['setting']} | {a['name']} | {len(a['seeds'])} | {a['nodes']} x {a['rounds']} | "
+                     f"{', '.join(f'{v:.4f}' for v in a['pass_at_1_after'])} | {delta} | {a['mixed_fraction']:.2f} | "
+                     f"{a['cpu_seconds']:.0f} | {gain} |")
+    lines += ["", "Per node and run, by source (groups, with signal, seconds):", "",
+              "| setting | arm | own pick | suggested | peer text | seconds own / suggested / peer text |",
+              "|---|---|---|---|---|---|"]
+    for a in result["arms"]:
+        s = a["sources"]
+        lines.append(f"| {a['setting']} | {a['name']} | {s['own_pick_groups']:.0f} ({s['own_pick_mixed']:.0f}) | "
+                     f"{s['suggested_groups']:.0f} ({s['suggested_mixed']:.0f}) | {s['peer_text_groups']:.0f} | "
+                     f"{s['seconds_own_pick']:.0f} / {s['seconds_suggested']:.0f} / {s['seconds_peer_text']:.0f} |")
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    labels, values, spreads = [], [], []
+    for a in result["arms"]:
+        if a["name"] == "solo" or a["delta_vs_solo_mean"] is None:
+            continue
+        labels.append(f"{a['setting'][:6]}\n{a['name']}")
+        values.append(a["delta_vs_solo_mean"])
+        spreads.append(a["delta_vs_solo_sd"] or 0.0)
+    ax.bar(range(len(values)), values, yerr=spreads, capsize=4)
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(values)), labels)
+    ax.set_ylabel("held-out pass@1, arm − solo (paired by seed)")
+    ax.set_title(f"Sharing vs alone: {result['model']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
