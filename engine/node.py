@@ -24,6 +24,7 @@ from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChang
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.memory import HeapTrimmer, MemoryConfig
+from engine.models.catalog import about as about_model
 from engine.node_swarm import NodeSwarm
 from engine.sapo.config import SapoConfig
 from engine.sapo.step import step
@@ -120,8 +121,8 @@ class Node:
         with self._lock:
             return {"state": self._state, "detail": self._detail, "round": self._round,
                     "policy_version": self._policy_version, "peers": self.net.peer_count(),
-                    "model": self._model_label, "device": self._device, "backend": self._backend,
-                    "data_dir": str(self.config.data_dir),
+                    "model": self._model_label, "model_about": about_model(self._model_label),
+                    "device": self._device, "backend": self._backend, "data_dir": str(self.config.data_dir),
                     "peer_name": self.net.identity.name if self.net.identity else "",
                     "swarm": self.net.health(self._reputation),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from engine.events import RoundCompleted, StateChanged
 from engine.models.policy import build_tiny_policy
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
+from engine.settings import ContributorSettings
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +124,7 @@ def test_run_flags_reach_the_llamacpp_config(tmp_path: Path) -> None:
     args = parser.parse_args(["run", "--data-dir", str(tmp_path), "--backend", "llamacpp",
                               "--llamacpp-weights", "f16", "--llamacpp-kv", "unified"])
     config = run_cli.build_config(args)
-    assert config.backend == "llamacpp" and config.model == "seed"
+    assert config.backend == "llamacpp" and config.model == ContributorSettings.load(tmp_path).model != ""
     assert config.llamacpp == LlamaCppConfig(weights="f16", kv_layout="unified")
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--llamacpp-weights", "q4_0"])
@@ -222,3 +224,23 @@ def test_a_bootstrap_url_set_in_the_settings_is_used_at_once(tmp_path: Path, tin
 
     asyncio.run(main())
     node.store.close()
+
+
+def test_a_first_run_trains_the_doctors_pick_and_remembers_it(tmp_path: Path) -> None:
+    """A newcomer's engine trains the model `sapo doctor` picks (a real one where it fits), not the
+    seed; later starts keep it, a choice made in the app wins, and so does --model for one run."""
+    import argparse
+
+    from engine import doctor
+    from engine.cli import run as run_cli
+
+    parser = argparse.ArgumentParser()
+    run_cli.register(parser.add_subparsers())
+    pick = doctor.report()["pick"]["model"]
+    assert run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path)])).model == pick
+    assert ContributorSettings.load(tmp_path).model == pick
+    assert run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--model", "seed"])).model \
+        == "seed"
+    assert ContributorSettings.load(tmp_path).model == pick  # --model is for one run
+    dataclasses.replace(ContributorSettings.load(tmp_path), model="seed").save(tmp_path)  # chosen in the app
+    assert run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path)])).model == "seed"

@@ -22,6 +22,8 @@ STATE_LABELS = {
 ACTIVE_STATES = ("solo", "joining", "in_swarm", "pausing")  # the big button says "Leave" in these
 CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for a day
 
+IDENTITY_KEYS = ("model", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
+
 
 class NodeModel:
     """What the header and the tray show. `connected` is the control link, not the swarm."""
@@ -33,6 +35,7 @@ class NodeModel:
         self.policy_version = 0
         self.peers = 0
         self.model = ""
+        self.model_about = ""  # one sentence on what the model is (the engine's words)
         self.device = ""
         self.backend = ""
         self.peer_name = ""
@@ -47,7 +50,7 @@ class NodeModel:
         state = status.get("state")
         if isinstance(state, str) and state in NODE_STATES:
             self.state = state
-        for key in ("detail", "model", "device", "backend", "peer_name", "data_dir"):
+        for key in ("detail", *IDENTITY_KEYS):
             if isinstance(status.get(key), str):
                 setattr(self, key, status[key])
         for key in ("round", "policy_version", "peers"):
@@ -72,7 +75,7 @@ class NodeModel:
         crash = parse_crash(status.get("last_crash"))
         if crash != self.last_crash:
             self.last_crash, changed = crash, True
-        for key in ("model", "device", "backend", "peer_name", "data_dir"):
+        for key in IDENTITY_KEYS:
             value = status.get(key)
             if isinstance(value, str) and value != getattr(self, key):
                 setattr(self, key, value)

@@ -10,6 +10,8 @@ from app.models.node import NodeModel
 from app.theme import STATE_COLORS, app_icon, dot
 from app.views.machine import short_model_name
 
+MAX_STAT_WIDTH = 180  # px: the model's name in the header, elided in the middle beyond it
+
 
 class Header(QFrame):
     def __init__(self) -> None:
@@ -45,8 +47,14 @@ class Header(QFrame):
         self.crash_note.setWordWrap(True)
         self.crash_note.setStyleSheet("color: #b45309")
         self.crash_note.setToolTip("From the engine's supervisor (logs/last_crash.json in the data dir)")
+        # what is being trained, in one sentence: a newcomer's first question
+        self.model_line = QLabel()
+        self.model_line.setObjectName("modelLine")
+        self.model_line.setWordWrap(True)
+        self.model_line.setStyleSheet("color: #4b5563")
         state_box.addLayout(state_row)
         state_box.addWidget(self.state_detail)
+        state_box.addWidget(self.model_line)
         state_box.addWidget(self.crash_note)
         row.addLayout(state_box, 1)
 
@@ -57,6 +65,8 @@ class Header(QFrame):
             value = QLabel("–")
             value.setProperty("role", "statValue")
             value.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            if key == "model":  # one width for every name: a longer one must not widen the window
+                value.setFixedWidth(MAX_STAT_WIDTH)
             label = QLabel(name)
             label.setProperty("role", "stat")
             label.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -96,8 +106,12 @@ class Header(QFrame):
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")
         self.stats["policy_version"].setText(f"v{node.policy_version:,}")
-        self.stats["model"].setText(short_model_name(node.model) or "–")
-        self.stats["model"].setToolTip(node.model)
+        model = self.stats["model"]
+        model.setText(model.fontMetrics().elidedText(short_model_name(node.model) or "–",
+                                                     Qt.TextElideMode.ElideMiddle, MAX_STAT_WIDTH))
+        model.setToolTip(node.model)
+        self.model_line.setText(node.model_about)
+        self.model_line.setVisible(bool(node.model_about))
         join_mode = node.state == "stopped"
         self.join_button.setText("Join the swarm" if join_mode else
                                  "Leaving…" if node.state == "leaving" else "Leave the swarm")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -11,6 +12,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+from engine.settings import ContributorSettings
 
 
 def register(sub: Any) -> None:
@@ -35,7 +38,8 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", type=Path, default=None, help="identity, settings, store, checkpoints")
     p.add_argument("--rounds", type=int, default=0, help="leave after N rounds (default: run until stopped)")
     p.add_argument("--model", default=None,
-                   help="catalog id or local model dir (default: the one last chosen in the app, else seed)")
+                   help="catalog id or local model dir (default: the one last chosen in the app, else the one "
+                        "`sapo doctor` picks for this machine, remembered)")
     p.add_argument("--preset", default="auto",
                    help="trainer preset: paper | cpu-small | cpu-real | auto (cpu-small for the seed, cpu-real "
                         "for pretrained models)")
@@ -78,7 +82,6 @@ def build_config(args: argparse.Namespace) -> Any:
     from engine.node import NodeConfig
     from engine.paths import default_data_dir
     from engine.sapo.config import SapoConfig, preset
-    from engine.settings import ContributorSettings
     from engine.swarm.config import DEFAULT_SWARM, SwarmConfig
 
     auto = args.preset == "auto"
@@ -106,7 +109,7 @@ def build_config(args: argparse.Namespace) -> Any:
     host, port = parse_listen(args.listen)
     data_dir = (args.data_dir or default_data_dir()).expanduser()
     settings = ContributorSettings.load(data_dir)
-    model = args.model or settings.model or "seed"
+    model = args.model or settings.model or first_run_model(data_dir, settings)
     swarm = SwarmConfig(listen_host=host, listen_port=port, bootstrap_urls=tuple(args.bootstrap),
                         peer_urls=tuple(args.peer), board_urls=tuple(args.nats), mdns=not args.no_mdns,
                         ca_file=_ca_file(args.ca) or settings.ca_file, swarm_name=args.swarm or DEFAULT_SWARM)
@@ -115,6 +118,24 @@ def build_config(args: argparse.Namespace) -> Any:
                       swarm=swarm, solo=args.solo, rounds=args.rounds, seed=args.seed, device=args.device,
                       backend=args.backend, llamacpp=LlamaCppConfig(weights=args.llamacpp_weights,
                                                                     kv_layout=args.llamacpp_kv))
+
+
+def first_run_model(data_dir: Path, settings: ContributorSettings) -> str:
+    """The model a new contributor trains: `sapo doctor`'s pick for this machine (SmolLM2-135M on a
+    laptop CPU), remembered in the settings so that later starts and the app agree on it. The seed is
+    the fallback only when the doctor cannot judge the machine."""
+    from engine import doctor
+
+    try:
+        pick = str(doctor.report()["pick"]["model"])
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        print(f"sapo run: the doctor could not pick a model ({exc}); training the small seed model",
+              file=sys.stderr)
+        return "seed"
+    print(f"sapo run: training {pick}, the model `sapo doctor` picks for this machine (the Machine tab "
+          "changes it)", file=sys.stderr)
+    dataclasses.replace(settings, model=pick).save(data_dir)
+    return pick
 
 
 def _ca_file(path: Path | None) -> str:

@@ -1,0 +1,37 @@
+"""The header says what is being trained, in words, and a long model name never widens the window."""
+
+from __future__ import annotations
+
+from pytestqt.qtbot import QtBot
+
+from app.models.node import NodeModel
+from app.views.header import MAX_STAT_WIDTH, Header
+from engine.models.catalog import about
+
+
+def _shown(qtbot: QtBot, model: str) -> Header:
+    header = Header()
+    qtbot.addWidget(header)
+    node = NodeModel()
+    node.connected = True
+    node.apply_status({"state": "solo", "model": model, "model_about": about(model)})
+    header.show_node(node, busy=False)
+    header.show()
+    return header
+
+
+def test_the_header_says_what_the_model_is(qtbot: QtBot) -> None:
+    header = _shown(qtbot, "smollm2-135m-instruct-q4_1")
+    assert header.model_line.isVisible()
+    assert header.model_line.text().startswith("SmolLM2-135M-Instruct, a pretrained language model of 135M")
+    seed = _shown(qtbot, "seed")
+    assert "seed model" in seed.model_line.text() and "Machine tab" in seed.model_line.text()
+
+
+def test_a_long_model_name_does_not_widen_the_header(qtbot: QtBot) -> None:
+    short = _shown(qtbot, "seed")
+    long = _shown(qtbot, "/home/someone/models/" + "a-very-long-fine-tuned-model-name-" * 4)
+    stat = long.stats["model"]
+    assert stat.fontMetrics().horizontalAdvance(stat.text()) <= MAX_STAT_WIDTH
+    assert "…" in stat.text() and stat.toolTip().endswith("model-name-")  # the whole name on hover
+    assert stat.sizeHint().width() <= MAX_STAT_WIDTH and long.minimumSizeHint().width() == short.minimumSizeHint().width()
