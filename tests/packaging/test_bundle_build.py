@@ -88,7 +88,8 @@ def test_doctor_json_offline(bundle: Path, env: dict[str, str], tmp_path: Path) 
 def test_two_round_solo_node_on_the_seed_model(bundle: Path, env: dict[str, str], tmp_path: Path) -> None:
     needs_seed(bundle)
     data = tmp_path / "data"
-    out = sapo(bundle, env, tmp_path, "run", "--solo", "--rounds", "2", "--no-mdns", "--data-dir", str(data),
+    out = sapo(bundle, env, tmp_path, "run", "--solo", "--rounds", "2", "--no-mdns", "--model", "seed", "--data-dir",
+               str(data),
                timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rounds = [line for line in out.stdout.splitlines() if line.startswith("round ")]
