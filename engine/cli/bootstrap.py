@@ -171,8 +171,7 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
     if nats is not None:
         watchdogs.append(_supervise_nats(nats))
         if authority is not None and warden is not None:
-            watchdogs.append(run_warden(warden, nats.monitor_url, [nats.url], authority, _log,
-                                        {"tls": board_tls} if board_tls is not None else None))
+            watchdogs.append(run_warden(warden, nats.monitor_url, [nats.url], authority, _log, board_tls))
     tasks = [asyncio.ensure_future(w) for w in watchdogs]
     try:
         await server.serve_forever()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import urllib.request
 from collections import OrderedDict
@@ -24,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.swarm.board import key_subject
 from engine.swarm.identity import b64url
 from engine.swarm.limits import KeyedBuckets
-from engine.swarm.nats_auth import Authority, Credential, connect_options, nkey_public
+from engine.swarm.nats_auth import Authority, connect_options, nkey_public
+from engine.swarm.nats_board import admin_board, quiet_errors
 
 MiB = 1 << 20
 
@@ -157,25 +158,17 @@ async def push_revocations(nc: Any, authority: Authority, revocations: dict[str,
 
 
 async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str], authority: Authority,
-                     log: Callable[[str, str], None], options: dict[str, Any] | None = None) -> None:
+                     log: Callable[[str, str], None], tls: ssl.SSLContext | None = None) -> None:
     """Forever: read the table, revoke whoever went over budget and take its frame off the board (a
     flood's frame follows the largest gap on the board, so it would keep winning readers' draws)."""
     import nats
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from engine.swarm.nats_board import quiet_errors
-
-    system_key, board_key = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
-    system_cred, board_cred = authority.system_user(system_key), authority.admin(board_key)
-    links: dict[str, Any] = {}
-
-    async def link(name: str, key: Ed25519PrivateKey, cred: Credential) -> Any:
-        nc = links.get(name)
-        if nc is None or nc.is_closed:
-            nc = links[name] = await nats.connect(servers=list(server_urls), error_cb=quiet_errors,
-                                                  **connect_options(key.sign, lambda: cred), **(options or {}))
-        return nc
-
+    system_key = Ed25519PrivateKey.generate()
+    system_cred = authority.system_user(system_key)
+    options = connect_options(system_key.sign, lambda: system_cred) | ({"tls": tls} if tls is not None else {})
+    system: Any = None
+    board = admin_board(server_urls, authority, tls=tls)
     try:
         while True:
             await asyncio.sleep(warden.cfg.every_s)
@@ -186,15 +179,16 @@ async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str
                     continue
                 for offence in offences:
                     log("warning", f"board: revoked node {offence.user[:12]}… at {offence.address}: {offence.why}")
-                await push_revocations(await link("system", system_key, system_cred), authority,
-                                       warden.revocations(time.time()))
-                js = (await link("board", board_key, board_cred)).jetstream()
+                if system is None or system.is_closed:
+                    system = await nats.connect(servers=list(server_urls), error_cb=quiet_errors, **options)
+                await push_revocations(system, authority, warden.revocations(time.time()))
+                if board.nc is None or board.nc.is_closed:  # first offence, or the server came back
+                    await board.connect()
                 for offence in offences:
-                    subject = key_subject(b64url(nkey_public(offence.user)[1]), authority.prefix)
-                    await js.purge_stream(authority.stream, subject=subject)
+                    await board.remove(b64url(nkey_public(offence.user)[1]))
             except Exception as exc:  # noqa: BLE001 -- the monitor or the server is away: try again next time
                 log("warning", f"board: the warden could not read or act ({str(exc) or type(exc).__name__})")
     finally:
-        for nc in links.values():
-            if not nc.is_closed:
-                await nc.close()
+        await board.close()
+        if system is not None and not system.is_closed:
+            await system.close()

@@ -139,6 +139,11 @@ class NatsBoard:
             return None
         return BoardFrame(subject=str(msg.subject), slot=int(msg.seq), data=bytes(msg.data or b""))
 
+    async def remove(self, peer_id: str) -> None:
+        """Take a node's frame off the board (the board's own user only: nodes have no purge)."""
+        self._live()
+        await self.js.purge_stream(self.stream, subject=key_subject(peer_id, self.prefix))
+
     async def send_receipt(self, origin: str, frame: bytes) -> None:
         await self._live().publish(receipt_subject(origin), frame)  # core NATS: nobody listening, nothing kept
 
