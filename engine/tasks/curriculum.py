@@ -15,6 +15,7 @@ wrong, so nearly none carries a learning signal, and one rung down they disagree
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -166,11 +167,10 @@ class Curriculum:
         """The mix with each laddered specialty's settings at its current rung."""
         if not self.cfg.enabled or not self.rungs:
             return mix
-        from engine.tasks.library import SpecialtySpec, TaskMix
-
-        specs = {name: SpecialtySpec(spec.weight, dict(LADDERS[name][self.rungs[name]]))
+        # replace(), not the classes: the library imports the ladders, so this module must not import it
+        specs = {name: dataclasses.replace(spec, config=dict(LADDERS[name][self.rungs[name]]))
                  if name in self.rungs else spec for name, spec in mix.specialties.items()}
-        return TaskMix(mix.name, specs)
+        return dataclasses.replace(mix, specialties=specs)
 
     def observe(self, specialty: str, rewards: tuple[float, ...] | list[float]) -> int | None:
         """Record one own group's binary rewards; returns the new rung when the specialty moved."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from engine.tasks.curriculum import is_rung
 from engine.tasks.reference import (
     MAX_INDEX,
     MAX_SEED,
@@ -186,8 +187,6 @@ def _known_config(ref: TaskRef, mix: TaskMix | None) -> bool:
     """A peer's generator settings are only run when a preset, a curriculum rung (a finite published
     set) or the node's own mix uses them: arbitrary settings could ask RG for million-digit numbers
     (a cheap denial of service)."""
-    from engine.tasks.curriculum import is_rung
-
     if is_rung(ref.specialty, ref.config):
         return True
     mixes = [preset(name) for name in PRESETS] + ([mix] if mix is not None else [])
