@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bus import EventBus
+from engine.contribution import Contribution
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
@@ -112,6 +113,7 @@ class Node:
         self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
         self._heap = HeapTrimmer(config.memory)
+        self._contribution = Contribution(config.data_dir)  # what this machine has given, kept across restarts
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -127,7 +129,7 @@ class Node:
                     "swarm": self.net.health(self._reputation),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,
                     "recent": recent_summary(list(self._recent_rounds), time.time()),
-                    "memory": self._heap.status()}
+                    "memory": self._heap.status(), "contribution": self._contribution.status()}
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():
@@ -343,7 +345,9 @@ class Node:
 
     def _run_one_round(self, trainer: Any) -> None:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
+        self._contribution.round_started()
         result = step(trainer, self.net)
+        self._contribution.round_done()
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
             self._reputation = trainer.reputation_snapshot  # the trainer's copy of this round

@@ -24,6 +24,22 @@ CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for
 
 IDENTITY_KEYS = ("model", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
 
+CONTRIBUTION_NUMBERS = ("train_hours", "cpu_hours", "rounds", "cpu_share_last_round", "energy_wh", "memory_bytes")
+
+
+def parse_contribution(raw: Any) -> dict[str, Any]:
+    """The engine's `contribution` status with every number finite and >= 0; {} when malformed."""
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key in CONTRIBUTION_NUMBERS:
+        value = raw.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e18:
+            return {}  # NaN fails the comparison too
+        out[key] = float(value)
+    out["energy_measured"] = raw.get("energy_measured") is True
+    return out
+
 
 class NodeModel:
     """What the header and the tray show. `connected` is the control link, not the swarm."""
@@ -44,6 +60,7 @@ class NodeModel:
         self.engine_url = ""
         self.last_crash: dict[str, Any] | None = None  # why the engine last died (its supervisor's record)
         self.eval_every: int | None = None  # rounds between held-out evals (0 = off; None = not told yet)
+        self.contribution: dict[str, Any] = {}  # what this machine has given (engine.contribution), checked
         self.version = 0
 
     def apply_status(self, status: dict[str, Any]) -> None:
@@ -59,6 +76,7 @@ class NodeModel:
                 setattr(self, key, value)
         self.last_crash = parse_crash(status.get("last_crash"))
         self._apply_eval_every(status)
+        self.contribution = parse_contribution(status.get("contribution"))
         self.version += 1
 
     def _apply_eval_every(self, status: dict[str, Any]) -> bool:
@@ -72,6 +90,9 @@ class NodeModel:
         """What events don't carry (model, device, backend, names) from a later `status` reply; the
         state and counters stay with the events, which may be newer than the reply."""
         changed = self._apply_eval_every(status)
+        contribution = parse_contribution(status.get("contribution"))
+        if contribution != self.contribution:
+            self.contribution, changed = contribution, True
         crash = parse_crash(status.get("last_crash"))
         if crash != self.last_crash:
             self.last_crash, changed = crash, True

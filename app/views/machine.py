@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.views.giving import GivingBox
 from engine.control.api import ModelProgress
 
 CANDIDATE_COLUMNS = ("Model", "Backend", "Parameters", "Memory needed", "Verdict", "Seconds / round", "Available")
@@ -118,8 +119,10 @@ class MachineView(QWidget):
                 label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
                 self.labels[f"{form is self.pick_form}:{key}"] = label
                 form.addRow(f"{key}:", label)
+        self.giving = GivingBox()
         top.addWidget(device_box, 1)
         top.addWidget(pick_box, 1)
+        top.addWidget(self.giving, 1)
         layout.addLayout(top)
 
         self.table = QTableWidget(0, len(CANDIDATE_COLUMNS))

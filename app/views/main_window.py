@@ -211,8 +211,8 @@ class MainWindow(EngineActions, QMainWindow):
         if drawn and current is not None and hasattr(current, "refresh"):
             current.refresh()
         now = time.monotonic()
-        if drawn and current is self.peers and now - self._swarm_polled >= SWARM_POLL_S:
-            self._swarm_polled = now  # the swarm counters only come with `status`: poll while shown
+        if drawn and current in (self.peers, self.machine) and now - self._swarm_polled >= SWARM_POLL_S:
+            self._swarm_polled = now  # the swarm's and the contribution's counters come with `status` only
             self.refresh_status()
         self.machine.show_progress(self.model.progress)
         self.dashboard.set_eval_every(self.model.node.eval_every)
@@ -273,6 +273,7 @@ class MainWindow(EngineActions, QMainWindow):
         node = self.model.node
         self.header.show_node(node, self.session.busy, "" if self.session.home else self.session.name)
         self.machine.set_current_model(node.model, node.connected and node.state in ("stopped", "paused"))
+        self.machine.giving.show_contribution(node.contribution)
 
     # --- window and app lifetime ---------------------------------------------------------------------
     def showEvent(self, event: QShowEvent) -> None:

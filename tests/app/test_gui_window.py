@@ -268,3 +268,22 @@ def test_the_header_says_why_the_engine_died_and_that_it_came_back(qtbot: QtBot,
     window.model.node.last_crash = None
     window.model.node.version += 1
     qtbot.waitUntil(lambda: not window.crash_note.isVisible(), timeout=WAIT_MS)
+
+
+def test_machine_tab_says_what_this_machine_gave(qtbot: QtBot, window: MainWindow, engine: EngineThread) -> None:
+    """Rounds trained by the real node show as time, CPU, share, energy (labelled measured or estimated)
+    and memory, from the engine's own totals; a restart keeps them (engine.contribution's file)."""
+    giving = window.machine.giving
+    window.tabs.setCurrentWidget(window.machine)
+    qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: engine.status()["round"] >= 2, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: "over" in giving.labels["Training time"].text()
+                    and int(giving.labels["Training time"].text().split("over ")[1].split()[0]) >= 2,
+                    timeout=WAIT_MS)
+    given = engine.status()["contribution"]
+    assert given["rounds"] >= 2 and given["cpu_hours"] > 0 and given["memory_bytes"] > 0
+    energy = giving.labels["Energy"].text()
+    assert ("measured" in energy) != ("estimated" in energy)
+    assert ("measured" in energy) == given["energy_measured"]
+    assert giving.labels["Memory held now"].text().endswith("GiB")
+    assert "% of its CPU" in giving.labels["Share of this machine"].text()

@@ -35,3 +35,20 @@ def test_a_long_model_name_does_not_widen_the_header(qtbot: QtBot) -> None:
     assert stat.fontMetrics().horizontalAdvance(stat.text()) <= MAX_STAT_WIDTH
     assert "…" in stat.text() and stat.toolTip().endswith("model-name-")  # the whole name on hover
     assert stat.sizeHint().width() <= MAX_STAT_WIDTH and long.minimumSizeHint().width() == short.minimumSizeHint().width()
+
+
+def test_a_malformed_contribution_shows_nothing_rather_than_nonsense() -> None:
+    from app.models.node import parse_contribution
+    from app.views.giving import giving_rows
+
+    good = {"train_hours": 2.0, "cpu_hours": 1.5, "rounds": 700, "cpu_share_last_round": 0.48,
+            "energy_wh": 12.0, "energy_measured": False, "memory_bytes": 2 ** 31}
+    rows = giving_rows(parse_contribution(good))
+    assert rows["Training time"] == "2.0 h over 700 rounds" and rows["CPU time"] == "1.5 h"
+    assert rows["Energy"].startswith("12.0 Wh (estimated") and rows["Memory held now"] == "2.00 GiB"
+    assert rows["Share of this machine"] == "48% of its CPU in the last round"
+    for junk in (None, [], good | {"rounds": "700"}, good | {"energy_wh": float("nan")},
+                 good | {"cpu_hours": -1}, good | {"memory_bytes": True}):
+        assert parse_contribution(junk) == {}
+    assert set(giving_rows({}).values()) == {"–"}
+    assert parse_contribution(good | {"energy_measured": "yes"})["energy_measured"] is False
