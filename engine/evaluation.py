@@ -21,6 +21,8 @@ from engine.models.generate import SampleConfig, generate
 
 SOLVED_AT = 1.0 - 1e-6  # a sample counts as solved when its binary score reaches 1
 
+MAX_QUESTIONS = 100_000  # a stored report's per-question list: far above any held-out set
+
 
 @dataclass(frozen=True)
 class EvalStats:
@@ -55,6 +57,7 @@ class EvalReport:
     overall: EvalStats
     per_specialty: dict[str, EvalStats] = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the evaluation
+    solved: tuple[int, ...] = ()  # per question, in the order asked: how many of the k were right
 
     @property
     def pass1(self) -> float:
@@ -66,7 +69,8 @@ class EvalReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"k": self.k, "overall": asdict(self.overall), "seconds": self.seconds,
-                "per_specialty": {name: asdict(s) for name, s in sorted(self.per_specialty.items())}}
+                "per_specialty": {name: asdict(s) for name, s in sorted(self.per_specialty.items())},
+                "solved": list(self.solved)}
 
     @classmethod
     def from_dict(cls, data: Any) -> EvalReport:
@@ -79,8 +83,12 @@ class EvalReport:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
             raise ValueError("eval report seconds must be a finite number")
         per = {str(name): EvalStats.from_dict(s) for name, s in data["per_specialty"].items()}
+        solved = data.get("solved", [])  # absent from reports stored before it existed
+        if not isinstance(solved, list) or len(solved) > MAX_QUESTIONS or not all(
+                isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= k for n in solved):
+            raise ValueError(f"eval report solved must be a list of at most {MAX_QUESTIONS} counts in [0, k]")
         return cls(k=k, overall=EvalStats.from_dict(data.get("overall")), per_specialty=per,
-                   seconds=float(seconds))
+                   seconds=float(seconds), solved=tuple(solved))
 
     def table(self) -> str:
         """A plain-text table: one line per specialty, then the overall line."""
@@ -127,7 +135,8 @@ def report_from_results(results: Sequence[_QuestionResult], k: int, seconds: flo
     for r in results:
         by_specialty.setdefault(r.specialty, []).append(r)
     return EvalReport(k=k, overall=_aggregate(results), seconds=seconds,
-                      per_specialty={name: _aggregate(rs) for name, rs in by_specialty.items()})
+                      per_specialty={name: _aggregate(rs) for name, rs in by_specialty.items()},
+                      solved=tuple(r.solved for r in results))
 
 
 def evaluate(model: Any, tokenizer: Any, questions: list[Any], *, k: int = 8, sample_cfg: SampleConfig,

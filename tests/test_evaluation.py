@@ -27,8 +27,15 @@ def test_aggregation_by_hand() -> None:
     assert overall.passk == pytest.approx(2 / 3)
     assert overall.mixed_fraction == pytest.approx(1 / 3)
     assert overall.malformed_rate == pytest.approx(5 / 12)
+    assert report.solved == (0, 2, 4)  # per question, in the order asked: what a histogram reads
     again = EvalReport.from_dict(report.to_dict())
     assert again == report
+    for bad in ([5, 0, 0], ["2"], [True], "024"):
+        with pytest.raises(ValueError, match="solved"):
+            EvalReport.from_dict(report.to_dict() | {"solved": bad})
+    old = report.to_dict()
+    del old["solved"]  # a report stored before the field existed
+    assert EvalReport.from_dict(old).solved == ()
     table = report.table()
     assert "pass@4" in table and table.splitlines()[-1].startswith("overall")
 

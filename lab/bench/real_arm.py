@@ -52,7 +52,7 @@ def judge(trainer: Any, questions: list[Any], k: int, seeds: list[int]) -> dict[
         runs.append({"pass_at_1": report.pass1, "pass_at_k": report.passk, "format_rate": formatted,
                      "accuracy_formatted": report.pass1 / formatted if formatted > 0 else 0.0,
                      "mixed_fraction": report.overall.mixed_fraction, "seconds": report.seconds,
-                     "per_specialty_pass_at_1": per})
+                     "per_specialty_pass_at_1": per, "solved": list(report.solved)})
     out: dict[str, Any] = {"k": k, "questions": len(questions), "repeats": runs}
     for key in ("pass_at_1", "pass_at_k", "format_rate", "accuracy_formatted", "mixed_fraction"):
         values = [r[key] for r in runs]
