@@ -12,6 +12,7 @@ Writes bench/swarm_learning.{json,md,png}.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -122,28 +123,85 @@ def summarize(work: Path) -> dict[str, Any]:
                         for key in ("own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
                                     "peer_text_groups", "seconds_own_pick", "seconds_suggested",
                                     "seconds_peer_text")},
-            "rounds": run_["rounds"], "nodes": run_["nodes"]}
-    arms = []
-    for (setting, arm), per_seed in sorted(by.items()):
-        seeds = sorted(per_seed)
-        solo = by.get((setting, "solo"), {})
-        paired = [per_seed[s]["pass_at_1"] - solo[s]["pass_at_1"] for s in seeds if s in solo]
-        cpu = statistics.fmean(per_seed[s]["cpu_seconds"] for s in seeds)
-        gain = statistics.fmean(per_seed[s]["pass_at_1"] - base for s in seeds)
-        arms.append({"name": arm, "setting": setting, "seeds": seeds,
-                     "pass_at_1_after": [per_seed[s]["pass_at_1"] for s in seeds],
-                     "accuracy_formatted_after": [per_seed[s]["accuracy_formatted"] for s in seeds],
-                     "delta_vs_solo_mean": statistics.fmean(paired) if paired else None,
-                     "delta_vs_solo_sd": statistics.stdev(paired) if len(paired) > 1 else None,
-                     "delta_vs_solo_per_seed": paired,
-                     "mixed_fraction": statistics.fmean(per_seed[s]["mixed_fraction"] for s in seeds),
-                     "cpu_seconds": cpu, "gain_per_cpu_hour": gain / (cpu / 3600) if cpu > 0 else None,
-                     "sources": {k: statistics.fmean(per_seed[s]["sources"][k] for s in seeds)
-                                 for k in per_seed[seeds[0]]["sources"]},
-                     "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]})
+            "rounds": run_["rounds"], "nodes": run_["nodes"],
+            "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
+                              for name in nodes[0]["per_specialty_pass_at_1"]},
+            "solved": _solved_by_question(nodes)}
+    arms = [_arm(setting, arm, per_seed, by.get((setting, "solo"), {}), base)
+            for (setting, arm), per_seed in sorted(by.items())]
     return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
             "judge_questions": before["before"]["questions"], "eval_k": before["before"]["k"],
-            "arms": arms, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "arms": arms, "signals": signals(runs), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _solved_by_question(nodes: list[dict[str, Any]]) -> list[float] | None:
+    """Per judge question, the pass rate averaged over the nodes and the judge's repeats (None for runs
+    judged before the judge kept per-question counts)."""
+    lists = [r["solved"] for j in nodes for r in j["repeats"] if r.get("solved")]
+    if not lists or len({len(x) for x in lists}) != 1:
+        return None
+    k = nodes[0]["k"]
+    return [statistics.fmean(x[i] for x in lists) / k for i in range(len(lists[0]))]
+
+
+def judge_se(rates: list[float]) -> float:
+    """The judge's standard error on a pass@1 from per-question pass rates: questions differ far more
+    than samples of one question, so the spread across questions is what bounds the estimate."""
+    return statistics.stdev(rates) / len(rates) ** 0.5 if len(rates) > 1 else 0.0
+
+
+HISTOGRAM_BINS = ("never", "under 1/3", "1/3 to 2/3", "over 2/3", "always")
+
+
+def pass_rate_histogram(rates: list[float]) -> list[float]:
+    """Share of judge questions by pass rate (averaged over nodes and repeats), in HISTOGRAM_BINS."""
+    counts = [0] * len(HISTOGRAM_BINS)
+    for r in rates:
+        counts[0 if r <= 0 else 4 if r >= 1 else 1 + min(2, int(r * 3))] += 1
+    return [c / len(rates) for c in counts] if rates else []
+
+
+def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict[int, dict[str, Any]],
+         base: float) -> dict[str, Any]:
+    seeds = sorted(per_seed)
+    paired = [per_seed[s]["pass_at_1"] - solo[s]["pass_at_1"] for s in seeds if s in solo]
+    cpu = statistics.fmean(per_seed[s]["cpu_seconds"] for s in seeds)
+    gain = statistics.fmean(per_seed[s]["pass_at_1"] - base for s in seeds)
+    per_specialty = {name: statistics.fmean(per_seed[s]["per_specialty"][name] - solo[s]["per_specialty"][name]
+                                            for s in seeds if s in solo)
+                     for name in per_seed[seeds[0]]["per_specialty"]} if any(s in solo for s in seeds) else {}
+    rates = [per_seed[s]["solved"] for s in seeds if per_seed[s]["solved"]]
+    return {"name": arm, "setting": setting, "seeds": seeds,
+            "pass_at_1_after": [per_seed[s]["pass_at_1"] for s in seeds],
+            "accuracy_formatted_after": [per_seed[s]["accuracy_formatted"] for s in seeds],
+            "delta_vs_solo_mean": statistics.fmean(paired) if paired else None,
+            "delta_vs_solo_sd": statistics.stdev(paired) if len(paired) > 1 else None,
+            "delta_vs_solo_per_seed": paired, "delta_vs_solo_per_specialty": per_specialty,
+            "mixed_fraction": statistics.fmean(per_seed[s]["mixed_fraction"] for s in seeds),
+            "cpu_seconds": cpu, "gain_per_cpu_hour": gain / (cpu / 3600) if cpu > 0 else None,
+            "sources": {k: statistics.fmean(per_seed[s]["sources"][k] for s in seeds)
+                        for k in per_seed[seeds[0]]["sources"]},
+            "judge_se": statistics.fmean(judge_se(r) for r in rates) if rates else None,
+            "pass_rate_histogram": [statistics.fmean(h) for h in zip(*(pass_rate_histogram(r) for r in rates))],
+            "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]}
+
+
+def signals(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well each candidate signal for choosing a source tells sources apart, from every run: one
+    round's own-reward gain (the adaptive-J bandit's) against mixed / not mixed per group by source."""
+    gains = [b["reward_mean"] - a["reward_mean"] for r in runs for h in r["history"] for a, b in itertools.pairwise(h)]
+    out: dict[str, Any] = {"reward_gain_per_round_mean": statistics.fmean(gains) if gains else None,
+                           "reward_gain_per_round_sd": statistics.stdev(gains) if len(gains) > 1 else None}
+    for source in ("own_pick", "suggested"):
+        groups = sum(x[f"{source}_groups"] for r in runs if r["arm"] in ("question", "both")
+                     for h in r["history"] for x in h)
+        mixed = sum(x[f"{source}_mixed"] for r in runs if r["arm"] in ("question", "both")
+                    for h in r["history"] for x in h)
+        rate = mixed / groups if groups else None
+        out[f"{source}_mixed_rate"] = rate
+        out[f"{source}_mixed_rate_se"] = (rate * (1 - rate) / groups) ** 0.5 if rate is not None else None
+        out[f"{source}_groups"] = groups
+    return out
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -175,7 +233,38 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {a['setting']} | {a['name']} | {s['own_pick_groups']:.0f} ({s['own_pick_mixed']:.0f}) | "
                      f"{s['suggested_groups']:.0f} ({s['suggested_mixed']:.0f}) | {s['peer_text_groups']:.0f} | "
                      f"{s['seconds_own_pick']:.0f} / {s['seconds_suggested']:.0f} / {s['seconds_peer_text']:.0f} |")
-    return "\n".join(lines)
+    return "\n".join(lines + _why_lines(result))
+
+
+def _why_lines(result: dict[str, Any]) -> list[str]:
+    """Where a difference comes from: per specialty, per question, and which signal could steer it."""
+    lines = ["", "Δ vs solo per specialty (held-out pass@1, paired by seed):", ""]
+    names = sorted({n for a in result["arms"] for n in a.get("delta_vs_solo_per_specialty", {})})
+    lines += ["| setting | arm | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for a in result["arms"]:
+        per = a.get("delta_vs_solo_per_specialty") or {}
+        if a["name"] != "solo" and per:
+            lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{per.get(n, 0.0):+.3f}" for n in names)
+                         + " |")
+    judged = [a for a in result["arms"] if a.get("pass_rate_histogram")]
+    if judged:
+        lines += ["", ("Judge questions by pass rate after training (share of questions; the judge's standard "
+                  "error on pass@1 from the spread across questions):"), "",
+                  "| setting | arm | " + " | ".join(HISTOGRAM_BINS) + " | judge SE |",
+                  "|---|---|" + "---|" * (len(HISTOGRAM_BINS) + 1)]
+        for a in judged:
+            lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
+                         + f" | {a['judge_se']:.3f} |")
+    s = result.get("signals") or {}
+    if s.get("reward_gain_per_round_sd") is not None:
+        lines += ["", (f"Signals for choosing a source: one round's own-reward gain moves by sd "
+                       f"{s['reward_gain_per_round_sd']:.3f} around {s['reward_gain_per_round_mean']:+.3f}")]
+        if s.get("suggested_mixed_rate") is not None and s.get("own_pick_mixed_rate") is not None:
+            lines[-1] += (f"; mixed per group: suggested {s['suggested_mixed_rate']:.2f} ± "
+                          f"{s['suggested_mixed_rate_se']:.2f} ({s['suggested_groups']:.0f} groups) vs own picks "
+                          f"{s['own_pick_mixed_rate']:.2f} ± {s['own_pick_mixed_rate_se']:.2f} "
+                          f"({s['own_pick_groups']:.0f} groups), in the arms that take suggestions.")
+    return lines
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
