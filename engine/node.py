@@ -26,6 +26,7 @@ from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.memory import HeapTrimmer, MemoryConfig
 from engine.models.catalog import about as about_model
+from engine.models.catalog import short_name as model_name
 from engine.node_swarm import NodeSwarm
 from engine.sapo.config import SapoConfig
 from engine.sapo.step import step
@@ -124,6 +125,7 @@ class Node:
             return {"state": self._state, "detail": self._detail, "round": self._round,
                     "policy_version": self._policy_version, "peers": self.net.peer_count(),
                     "model": self._model_label, "model_about": about_model(self._model_label),
+                    "model_name": model_name(self._model_label),
                     "device": self._device, "backend": self._backend, "data_dir": str(self.config.data_dir),
                     "peer_name": self.net.identity.name if self.net.identity else "",
                     "swarm": self.net.health(self._reputation),

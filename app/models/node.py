@@ -22,7 +22,7 @@ STATE_LABELS = {
 ACTIVE_STATES = ("solo", "joining", "in_swarm", "pausing")  # the big button says "Leave" in these
 CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for a day
 
-IDENTITY_KEYS = ("model", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
+IDENTITY_KEYS = ("model", "model_name", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
 
 CONTRIBUTION_NUMBERS = ("train_hours", "cpu_hours", "rounds", "cpu_share_last_round", "energy_wh", "memory_bytes")
 
@@ -51,6 +51,7 @@ class NodeModel:
         self.policy_version = 0
         self.peers = 0
         self.model = ""
+        self.model_name = ""  # what a contributor calls it ("SmolLM2-135M-Instruct")
         self.model_about = ""  # one sentence on what the model is (the engine's words)
         self.device = ""
         self.backend = ""

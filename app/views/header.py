@@ -17,8 +17,11 @@ class Header(QFrame):
     def __init__(self) -> None:
         super().__init__()
         self.setObjectName("header")
-        row = QHBoxLayout(self)
-        row.setContentsMargins(18, 12, 18, 12)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(18, 12, 18, 8)
+        outer.setSpacing(4)
+        row = QHBoxLayout()
+        outer.addLayout(row)
         icon = QLabel()
         icon.setPixmap(app_icon().pixmap(44, 44))
         row.addWidget(icon)
@@ -52,9 +55,9 @@ class Header(QFrame):
         self.model_line.setObjectName("modelLine")
         self.model_line.setWordWrap(True)
         self.model_line.setStyleSheet("color: #4b5563")
+        outer.addWidget(self.model_line)  # full width under the row: one or two lines, not a tall column
         state_box.addLayout(state_row)
         state_box.addWidget(self.state_detail)
-        state_box.addWidget(self.model_line)
         state_box.addWidget(self.crash_note)
         row.addLayout(state_box, 1)
 
@@ -107,8 +110,9 @@ class Header(QFrame):
         self.stats["round"].setText(f"{node.round:,}")
         self.stats["policy_version"].setText(f"v{node.policy_version:,}")
         model = self.stats["model"]
-        model.setText(model.fontMetrics().elidedText(short_model_name(node.model) or "–",
-                                                     Qt.TextElideMode.ElideMiddle, MAX_STAT_WIDTH))
+        model.ensurePolished()  # the stat's style sheet font, not the default one, decides where to elide
+        model.setText(model.fontMetrics().elidedText(node.model_name or short_model_name(node.model) or "–",
+                                                     Qt.TextElideMode.ElideMiddle, MAX_STAT_WIDTH - 8))
         model.setToolTip(node.model)
         self.model_line.setText(node.model_about)
         self.model_line.setVisible(bool(node.model_about))

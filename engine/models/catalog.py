@@ -180,18 +180,29 @@ def get(model_id: str) -> ModelSpec:
 
 
 @functools.lru_cache(maxsize=32)
+def short_name(model_id: str) -> str:
+    """What a contributor calls the model: the catalog's name without the file format, else the folder."""
+    if model_id == "seed":
+        return "seed model"
+    try:
+        return get(model_id).display_name.split(" GGUF")[0]
+    except KeyError:
+        return model_id.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+@functools.lru_cache(maxsize=32)
 def about(model_id: str) -> str:
     """One plain sentence on what a contributor trains (the header shows it); cached: the catalog looks
     at the disk and the status asks often."""
     try:
         spec = get(model_id)
     except KeyError:
-        folder = model_id.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-        return f"A model from a folder on this machine ({folder}), learning checkable puzzles by trial and error."
+        return (f"A model from a folder on this machine ({short_name(model_id)}), learning checkable puzzles by "
+                "trial and error.")
     if spec.id == "seed":
         return (f"SAPO's own small seed model ({spec.params / 1e6:.1f}M parameters, trained from scratch): it "
                 "starts in seconds and suits tests and machines that cannot run a real model; the Machine tab "
                 "offers real ones.")
-    return (f"{spec.display_name.split(' GGUF')[0]}, a pretrained language model of {spec.params / 1e6:,.0f}M "
+    return (f"{short_name(model_id)}, a pretrained language model of {spec.params / 1e6:,.0f}M "
             "parameters, learning here by trial and error (reinforcement learning) to solve puzzles whose "
             "answers can be checked: arithmetic, number bases, fractions.")

@@ -6,7 +6,7 @@ from pytestqt.qtbot import QtBot
 
 from app.models.node import NodeModel
 from app.views.header import MAX_STAT_WIDTH, Header
-from engine.models.catalog import about
+from engine.models.catalog import about, short_name
 
 
 def _shown(qtbot: QtBot, model: str) -> Header:
@@ -14,7 +14,7 @@ def _shown(qtbot: QtBot, model: str) -> Header:
     qtbot.addWidget(header)
     node = NodeModel()
     node.connected = True
-    node.apply_status({"state": "solo", "model": model, "model_about": about(model)})
+    node.apply_status({"state": "solo", "model": model, "model_name": short_name(model), "model_about": about(model)})
     header.show_node(node, busy=False)
     header.show()
     return header
@@ -24,6 +24,7 @@ def test_the_header_says_what_the_model_is(qtbot: QtBot) -> None:
     header = _shown(qtbot, "smollm2-135m-instruct-q4_1")
     assert header.model_line.isVisible()
     assert header.model_line.text().startswith("SmolLM2-135M-Instruct, a pretrained language model of 135M")
+    assert header.stats["model"].text() == "SmolLM2-135M-Instruct"
     seed = _shown(qtbot, "seed")
     assert "seed model" in seed.model_line.text() and "Machine tab" in seed.model_line.text()
 
