@@ -11,9 +11,17 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, cast, get_args
 
 NODE_STATES = ("stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving")
+# What became of a peer's group: in the pool, trained on, gone (the pool dropped it), or passed over by
+# this round's trainer while it stays in the pool ("skipped", with one of TRAINER_VERDICTS as reason).
+RolloutStatus = Literal["pooled", "used", "dropped", "skipped"]
+ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
+# The trainer's reasons (engine/sapo/first_look.py, sampler.py): screened to no signal, cut to no signal,
+# no signal to begin with, not re-scored, or eligible but not drawn into this round's J.
+TrainerVerdict = Literal["repeated_text", "cut_no_signal", "zero_advantage", "not_rescored", "not_sampled"]
+TRAINER_VERDICTS: tuple[str, ...] = get_args(TrainerVerdict)
 
 
 class EventError(ValueError):
@@ -65,7 +73,8 @@ class RoundCompleted(Event):
 
 @dataclass(frozen=True)
 class RolloutSeen(Event):
-    """A group received from a peer: used in training, kept in the pool, or dropped (reason)."""
+    """A group received from a peer: kept in the pool, used in training, dropped (reason), or skipped by
+    a round's trainer while it waits in the pool (reason: one of TRAINER_VERDICTS)."""
 
     origin_peer: str
     peer_name: str
@@ -73,18 +82,28 @@ class RolloutSeen(Event):
     question: str
     completion: str
     reward: float | None
-    status: str  # "pooled" | "used" | "dropped"
+    status: RolloutStatus
     reason: str = ""
     ref_key: str = ""  # TaskRef.key of the group (store column; empty where unknown)
 
+    def __post_init__(self) -> None:
+        rollout_status(self.status)
+
     @classmethod
     def of(cls, group: Any, status: str, reason: str = "", question: str = "", peer_name: str = "") -> RolloutSeen:
-        """The one builder: every RolloutSeen (pooled, dropped, used) describes its group alike."""
+        """The one builder: every RolloutSeen (pooled, dropped, used, skipped) describes its group alike."""
         rewards = group.rewards
         return cls(origin_peer=group.provenance.origin_peer, peer_name=peer_name, specialty=group.ref.specialty,
                    question=question[:2000], completion=group.completions[0][:2000] if group.completions else "",
-                   reward=sum(rewards) / len(rewards) if rewards else None, status=status, reason=reason,
+                   reward=sum(rewards) / len(rewards) if rewards else None, status=rollout_status(status), reason=reason,
                    ref_key=group.ref.key)
+
+
+def rollout_status(value: str) -> RolloutStatus:
+    """`value` as a RolloutStatus, or EventError (the pool's decisions carry their status as text)."""
+    if value not in ROLLOUT_STATUSES:
+        raise EventError(f"rollout status must be one of {ROLLOUT_STATUSES}, got {value!r}")
+    return cast(RolloutStatus, value)
 
 
 @dataclass(frozen=True)

@@ -349,6 +349,7 @@ class Node:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
         self._contribution.round_started()
         result = step(trainer, self.net)
+        self.net.report_skipped(result.skipped)
         self._contribution.round_done()
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version
@@ -377,7 +378,7 @@ class Node:
                                       event.reason, event.reward, event.ts)
             if event.status == "used":
                 self.store.add_peer_counts(event.origin_peer, used=1)
-            else:
+            elif event.status != "skipped":  # a verdict on a group already counted as received
                 self.store.add_peer_counts(event.origin_peer, received=1)
         elif isinstance(event, PeerUpdated):
             self.store.upsert_peer(event.peer_id, event.name, event.model, event.found_by, event.address,

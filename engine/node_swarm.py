@@ -17,6 +17,7 @@ from typing import Any
 from engine.events import LogRecord
 from engine.peer_groups import make_pool, rollout_event, task_library_version
 from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.verdicts import Skipped, VerdictLog
 
 MAX_REPUTATION_ROWS = 32
 
@@ -31,6 +32,7 @@ class NodeSwarm:
         self.pool: Any = None
         self.service: Any = None
         self._refusals_stored: dict[str, int] = {}  # the service's refusal counters as last stored
+        self._verdicts = VerdictLog()  # the trainer's skips as last reported (trainer thread only)
 
     async def start(self, model_id: str) -> None:
         from engine import tasks
@@ -128,6 +130,12 @@ class NodeSwarm:
                 future = asyncio.run_coroutine_threadsafe(service.publish(groups, fetch=fetch), loop)
                 future.add_done_callback(self._log_publish_failure)
         self.store_refusals()
+
+    def report_skipped(self, skipped: Sequence[Skipped]) -> None:
+        """The round's verdicts on pooled groups it passed over reach the feed and the store like the
+        pool's decisions; a verdict already reported for a group is not repeated (trainer thread)."""
+        for verified, why in self._verdicts.changed(skipped):
+            self._emit(rollout_event(verified.group, "skipped", why, verified.question))
 
     def _log_publish_failure(self, future: Any) -> None:
         exc = future.exception()

@@ -17,14 +17,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
-SCHEMA_VERSION = 5
+from engine.events import ROLLOUT_STATUSES
+
+SCHEMA_VERSION = 6
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 # Older rounds are kept thinner, so a node that trains for months keeps a store whose size grows
 # with the log of its rounds, not with them: rows older than N rounds keep only every k-th round.
 ROUND_TIERS = ((50_000, 10), (500_000, 100), (5_000_000, 1000))  # (older than N rounds, keep every k-th)
 THIN_EVERY = 1000  # rounds recorded between thinning passes
-ROLLOUT_STATUSES = ("pooled", "used", "dropped")
 PEER_SOURCES = ("mdns", "bootstrap", "manual", "inbound")  # inbound: a peer that dialled our listener
 
 # Per-round scalar metrics, in the order `sapo history` prints them.
@@ -44,6 +45,10 @@ ROUND_METRICS_V5: tuple[str, ...] = (
     "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed", "peer_text_groups",
     "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
 )
+# Schema v6: how many of the peers' text groups trained on had signal (with the zero-advantage filter
+# off, a group without one enters the loss and teaches nothing).
+ROUND_METRICS_V6: tuple[str, ...] = ("peer_text_mixed",)
+SOURCE_METRICS = ROUND_METRICS_V5 + ROUND_METRICS_V6  # per source: groups, with signal, seconds
 # Schema v4: `refusals`, frames the swarm refused (signature, schema, replay, rate ...) by reason over
 # time; groups dropped are rows of `rollouts`. (The table is created for older files too.)
 # Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
@@ -149,6 +154,9 @@ class Store:
         if version < 5:
             for metric in ROUND_METRICS_V5:
                 self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+        if version < 6:
+            for metric in ROUND_METRICS_V6:
+                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
         self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def __enter__(self) -> Self:
@@ -182,7 +190,7 @@ class Store:
         values = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
-        metric_names = ROUND_METRICS + ROUND_METRICS_V2 + ROUND_METRICS_V5
+        metric_names = ROUND_METRICS + ROUND_METRICS_V2 + SOURCE_METRICS
         values += [_finite(metrics[m], m) if m in metrics else None for m in metric_names]
         values += [_finite(phase_seconds[p], p) if p in phase_seconds else None for p in PHASES]
         spec = {_text(k, "specialty"): _finite(v, k) for k, v in per_specialty.items()}
@@ -225,6 +233,15 @@ class Store:
             r["rungs"] = json.loads(r.pop("rungs_json"))
         return rows
 
+    def source_totals(self, last: int) -> dict[str, float]:
+        """SOURCE_METRICS summed over the newest `last` rounds (rounds from before schema v5 add 0; in v5
+        rows every peer text group trained on had signal, as the zero-advantage filter leaves them)."""
+        sums = ", ".join(f"COALESCE(SUM({m}), 0) AS {m}" for m in SOURCE_METRICS if m != "peer_text_mixed")
+        sums += ", COALESCE(SUM(COALESCE(peer_text_mixed, peer_text_groups)), 0) AS peer_text_mixed"
+        rows = self._read(f"SELECT {sums} FROM (SELECT * FROM rounds ORDER BY round DESC LIMIT ?)",
+                          (_count(last, "last"),))
+        return {m: float(rows[0][m]) for m in SOURCE_METRICS}
+
     def discard_rounds_after(self, round: int, model: str) -> list[int]:
         """Roll back what `model` recorded after `round` (rounds and their evals) -> the rounds removed.
         The resumed weights are those of `round`: a crash took the rest. Other models' rows stay, as
@@ -255,7 +272,7 @@ class Store:
         rows = self.rounds()
         specialties = sorted({s for r in rows for s in r["per_specialty"]})
         head = ["round", "policy_version", "ts", "num_local", "num_external", *ROUND_METRICS, *ROUND_METRICS_V2,
-                *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
+                *SOURCE_METRICS, *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
         writer = csv.writer(out)
         writer.writerow(head)
         for r in rows:

@@ -4,7 +4,8 @@ Fed by RoundCompleted / EvalCompleted events and by the store's history at start
 come from the node's `RoundCompleted.metrics` (the store's `rounds` columns); each series accepts a
 few spellings so the dashboard does not break when one is renamed. The format warm-up (format_rate,
 format_weight) has its own series, apart from the correctness reward; the curriculum's rungs are state,
-not a series (one number per specialty, the latest round's).
+not a series (one number per specialty, the latest round's); so is where the newest rounds' groups came
+from (`sources`: own questions, peers' suggested questions, peers' answers).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from app.models.history import clean_rungs
 from app.models.ring import Ring, Window
+from app.models.sources import SourceTally
 from engine.events import EvalCompleted, RoundCompleted
 
 # series -> metric names that feed it, first present wins (engine/store.py ROUND_METRICS first)
@@ -48,6 +50,7 @@ class DashboardModel:
         self.series: dict[str, Ring] = {name: Ring(capacity) for name in SCALAR_SERIES}
         self.specialty: dict[str, Ring] = {}  # moving average of each specialty's reward
         self.phases: dict[str, Ring] = {}  # seconds per phase per round
+        self.sources = SourceTally(window)  # where the newest rounds' groups came from, and what they cost
         self._reward_window = Window(window)
         self._specialty_windows: dict[str, Window] = {}
         self._cumulative = 0.0
@@ -84,6 +87,7 @@ class DashboardModel:
             if value is not None and (name not in FRACTIONS or 0.0 <= value <= 1.0):
                 self.series[name].append(x, value)
         self._apply_rungs(event)
+        self.sources.apply(event.round, event.metrics)
         for specialty, value in event.per_specialty_reward.items():
             if not math.isfinite(value):
                 continue

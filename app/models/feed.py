@@ -1,7 +1,9 @@
 """Shared-rollouts view model: the live feed of peers' groups, counters and a per-peer breakdown.
 
-A group may be reported more than once (first "pooled", later "used" or "dropped"): the feed keeps one
-row per (origin peer, question) and updates its status, so counts are per group, not per event.
+A group may be reported more than once (first "pooled", then "skipped" by a round's trainer while it
+waits, later "used" or "dropped"): the feed keeps one row per (origin peer, question) and updates its
+status, so counts are per group, not per event. `status_text` says each status and reason in words a
+contributor knows.
 Rows live in a bounded deque (newest first in views); `changes` lets a table view insert/update rows
 incrementally instead of resetting.
 """
@@ -11,9 +13,46 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from engine.events import RolloutSeen
+from engine.events import ROLLOUT_STATUSES, RolloutSeen
 
-STATUSES = ("pooled", "used", "dropped")
+STATUSES = ROLLOUT_STATUSES
+# The reasons of the trainer (skipped: the group stays in the pool) and of the pool (dropped: it left).
+REASON_WORDS = {
+    "zero_advantage": "no learning signal (all answers right or all wrong)",
+    "repeated_text": "its answers repeat words this peer keeps using that the question doesn't explain "
+                     "(possible planted text)",
+    "cut_no_signal": "answers longer than this model writes: cut short, no learning signal left",
+    "not_rescored": "could not be scored here",
+    "not_sampled": "not drawn this round",
+    "local_group": "one of this node's own groups",
+    "duplicate": "same content as a group already received",
+    "oversized": "an answer longer than this model could write",
+    "over_cpu_budget": "the peer used up its share of checking time",
+    "forged_ref": "the question does not match its reference",
+    "rescore_error": "this node's checker failed on it",
+    "stale_policy": "made by an old version of the peer's model",
+    "expired": "waited too long in the pool",
+    "evicted_peer_share": "the peer had more than its share of the pool",
+    "evicted_address_share": "too many groups from one address",
+    "evicted_capacity": "the pool was full; the oldest made room",
+    "unspecified": "no reason given",
+}
+
+
+def reason_words(reason: str) -> str:
+    """A reason in plain words; "code: detail" reasons by their code; unknown codes as they are."""
+    return REASON_WORDS.get(reason.split(":", 1)[0].strip(), reason)
+
+
+def status_text(status: str, reason: str) -> str:
+    """What became of a group, for a contributor: "used in training", "skipped: ...", "dropped: ..."."""
+    if status == "used":
+        return "used in training"
+    if status == "skipped":
+        return "waiting: not drawn this round" if reason == "not_sampled" else f"skipped: {reason_words(reason)}"
+    if status == "dropped":
+        return f"dropped: {reason_words(reason)}"
+    return "waiting in the pool"
 
 
 @dataclass
@@ -55,7 +94,8 @@ class FeedModel:
         self._seq = 0
         self.received = 0
         self.used = 0
-        self.pooled = 0  # received and still waiting in the pool
+        self.pooled = 0  # received and still waiting in the pool, not judged by a round yet
+        self.skipped: collections.Counter[str] = collections.Counter()  # reason -> groups waiting, passed over
         self.dropped: collections.Counter[str] = collections.Counter()  # reason -> groups
         self.per_peer: dict[str, PeerCounts] = {}
         self._changes = FeedChanges()
@@ -63,7 +103,7 @@ class FeedModel:
 
     def apply(self, event: RolloutSeen) -> None:
         status = event.status if event.status in STATUSES else "pooled"
-        reason = event.reason or ("unspecified" if status == "dropped" else "")
+        reason = event.reason or ("unspecified" if status in ("dropped", "skipped") else "")
         key = (event.origin_peer, event.question)
         peer = self.per_peer.setdefault(event.origin_peer, PeerCounts(event.peer_name or event.origin_peer[:8]))
         if event.peer_name:
@@ -84,7 +124,7 @@ class FeedModel:
                 self._by_key.pop((old.origin_peer, old.question), None)
                 self._changes.removed += 1
                 self._changes.updated.discard(old.seq)
-        elif row.status != status:
+        elif (row.status, row.reason) != (status, reason):
             self._changes.updated.add(row.seq)
         self._set_status(row, peer, status, reason)
         if event.reward is not None:
@@ -94,28 +134,26 @@ class FeedModel:
         self.version += 1
 
     def _set_status(self, row: FeedRow, peer: PeerCounts, status: str, reason: str) -> None:
-        """Move the group's count from its old status to the new one (a group counts once)."""
-        if row.status == status:
+        """Move the group's count from its old status (and reason) to the new one (a group counts once)."""
+        if (row.status, row.reason) == (status, reason):
             return
-        if row.status == "pooled":
-            self.pooled -= 1
-        elif row.status == "used":
-            self.used -= 1
-            peer.used -= 1
-        elif row.status == "dropped":
-            self.dropped[row.reason] -= 1
-            peer.dropped -= 1
-            if self.dropped[row.reason] <= 0:
-                del self.dropped[row.reason]
+        self._count(row.status, row.reason, peer, -1)
         row.status, row.reason = status, reason
+        self._count(status, reason, peer, +1)
+
+    def _count(self, status: str, reason: str, peer: PeerCounts, delta: int) -> None:
         if status == "pooled":
-            self.pooled += 1
+            self.pooled += delta
         elif status == "used":
-            self.used += 1
-            peer.used += 1
+            self.used += delta
+            peer.used += delta
         else:
-            self.dropped[reason] += 1
-            peer.dropped += 1
+            by_reason = self.dropped if status == "dropped" else self.skipped
+            by_reason[reason] += delta
+            if by_reason[reason] <= 0:
+                del by_reason[reason]
+            if status == "dropped":
+                peer.dropped += delta
 
     def newest_first(self, index: int) -> FeedRow:
         return self.rows[len(self.rows) - 1 - index]
@@ -134,3 +172,8 @@ class FeedModel:
     @property
     def dropped_total(self) -> int:
         return sum(self.dropped.values())
+
+    @property
+    def waiting(self) -> int:
+        """Groups still in the pool: not judged yet, or passed over by the last round that saw them."""
+        return self.pooled + sum(self.skipped.values())

@@ -14,12 +14,18 @@ from typing import Any
 
 from engine.control.protocol import check_event_types
 from engine.events import Event, EventError, event_from_dict
+from engine.store import PHASES
 
 # Store columns of a round row that are not metrics.
 _ROUND_COLUMNS = {"type", "round", "policy_version", "ts", "num_local", "num_external", "metrics",
                   "per_specialty", "per_specialty_reward", "phase_seconds", "rungs", "rungs_json"}
 MAX_RUNGS = 64  # specialties kept per round: the node has a dozen; more is garbage, not news
 MAX_SPECIALTY = 256  # characters of a specialty name (the store's MAX_TEXT)
+
+
+def _phase_column(name: str) -> bool:
+    """A round's seconds in one phase; other seconds_ columns (per source, schema v5) are metrics."""
+    return name.startswith("seconds_") and name[len("seconds_"):] in PHASES
 
 
 def _number(value: Any) -> bool:
@@ -68,10 +74,10 @@ def round_event(row: dict[str, Any]) -> Event:
     metrics = _nested(row.get("metrics"))
     if not isinstance(metrics, dict):  # flat store row: every other finite number is a metric column
         metrics = {k: float(v) for k, v in row.items()
-                   if k not in _ROUND_COLUMNS and not k.startswith("seconds_") and _number(v)}
+                   if k not in _ROUND_COLUMNS and not _phase_column(k) and _number(v)}
     phases = _nested(row.get("phase_seconds"))
     if not isinstance(phases, dict):
-        phases = {k[len("seconds_"):]: float(v) for k, v in row.items() if k.startswith("seconds_") and _number(v)}
+        phases = {k[len("seconds_"):]: float(v) for k, v in row.items() if _phase_column(k) and _number(v)}
     specialty = _nested(row.get("per_specialty_reward", row.get("per_specialty", {})))
     return _event({"round": row.get("round"), "policy_version": row.get("policy_version", 0),
                    "ts": row.get("ts", 0.0), "metrics": metrics, "per_specialty_reward": specialty,

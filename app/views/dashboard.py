@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from app.models.dashboard import DashboardModel
 from app.models.ring import Ring
 from app.theme import PLOT_COLORS
+from app.views.sources import SourcesCard
 
 # Antialiasing and grid lines each cost several times the rest of a repaint in Qt's raster engine
 # (measured: 1,000 rounds took ~0.9 s to draw with both, ~20 ms without): off, except where noted.
@@ -197,15 +198,7 @@ class DashboardView(QWidget):
             cards.addWidget(frame)
         layout.addLayout(cards)
 
-        # One line that speaks before the first round (how to start) and after it (each specialty's rung),
-        # at a fixed height: a label that appears, hides or rewraps would relayout the plots below it, and
-        # resizing every plot at once was the longest stall of a training session (the first round's).
-        self.status_line = QLabel(NO_ROUNDS_HINT)
-        self.status_line.setProperty("role", "hint")
-        self.status_line.setWordWrap(True)
-        self.status_line.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        self.status_line.setFixedHeight(2 * self.status_line.fontMetrics().lineSpacing() + 4)
-        layout.addWidget(self.status_line)
+        self._status_row(layout)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
@@ -267,6 +260,25 @@ class DashboardView(QWidget):
         self._status_text = NO_ROUNDS_HINT
         self._seen_version = -1
         self._next_group = 0
+
+    def _status_row(self, layout: QVBoxLayout) -> None:
+        """The status line and, beside it, where the rounds' groups came from."""
+        # A line that speaks before the first round (how to start) and after it (each specialty's rung),
+        # at a fixed height: a label that appears, hides or rewraps would relayout the plots below it, and
+        # resizing every plot at once was the longest stall of a training session (the first round's).
+        self.status_line = QLabel(NO_ROUNDS_HINT)
+        self.status_line.setProperty("role", "hint")
+        self.status_line.setWordWrap(True)
+        self.status_line.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        # The sources card (own / peers' questions / peers' answers) sits here: in the cards' row it made
+        # the window's narrowest width half as wide again. The line takes its height (4 lines: room for
+        # every specialty's rung beside it).
+        self.sources = SourcesCard(self.model.sources)
+        self.status_line.setFixedHeight(self.sources.sizeHint().height())
+        row = QHBoxLayout()
+        row.addWidget(self.status_line, 1, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(self.sources)
+        layout.addLayout(row)
 
     def _plot(self, grid: pg.GraphicsLayout, row: int, col: int, title: str, colspan: int = 1) -> pg.PlotItem:
         plot = grid.addPlot(row=row, col=col, colspan=colspan, title=title)
@@ -353,6 +365,7 @@ class DashboardView(QWidget):
         self._set_card("zero_std", model.latest("zero_std"), "{:.0%}")
         self._set_card("tokens_per_s", model.latest("tokens_per_s"), "{:,.0f}")
         self.cards["rounds"].setText(f"{model.rounds:,}")
+        self.sources.refresh()
 
     def _fit_ranges(self, plots: object) -> None:
         """Axis ranges in steps (see `stepped_range`); the bounded plots keep 0..1."""

@@ -3,6 +3,8 @@ pane. The table model follows the Qt-free FeedModel incrementally (insert at top
 
 from __future__ import annotations
 
+import collections
+import html
 import time
 from typing import Any
 
@@ -21,10 +23,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models.feed import FeedModel, FeedRow
+from app.models.feed import FeedModel, FeedRow, reason_words, status_text
 
 COLUMNS = ("Time", "From", "Specialty", "Question", "Reward", "Status")
-STATUS_COLORS = {"used": "#15803d", "dropped": "#b91c1c", "pooled": "#6b7280"}
+STATUS_COLORS = {"used": "#15803d", "dropped": "#b91c1c", "pooled": "#6b7280", "skipped": "#b45309"}
 Index = QModelIndex | QPersistentModelIndex
 
 
@@ -72,11 +74,15 @@ class FeedTableModel(QAbstractTableModel):
                 return " ".join(row.question.split())[:140]
             if col == 4:
                 return "–" if row.reward is None else f"{row.reward:.2f}"
-            return row.status if row.status != "dropped" else f"dropped: {row.reason}"
+            return status_text(row.status, row.reason)
         if role == Qt.ItemDataRole.ForegroundRole and col == 5:
-            return QColor(STATUS_COLORS.get(row.status, "#374151"))
+            # a group not drawn this round is waiting like a pooled one, not screened out
+            shown = "pooled" if (row.status, row.reason) == ("skipped", "not_sampled") else row.status
+            return QColor(STATUS_COLORS.get(shown, "#374151"))
         if role == Qt.ItemDataRole.ToolTipRole and col == 3:
             return row.question[:2000]
+        if role == Qt.ItemDataRole.ToolTipRole and col == 5:
+            return status_text(row.status, row.reason)
         return None
 
     def sync(self) -> None:
@@ -104,6 +110,20 @@ class FeedTableModel(QAbstractTableModel):
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
 
 
+def counters_text(feed: FeedModel) -> str:
+    """The line above the feed: received, used, waiting (with why the trainer passed some over), dropped."""
+    def why(counts: collections.Counter[str]) -> str:
+        return ", ".join(f"{html.escape(reason_words(reason))} {n:,}" for reason, n in counts.most_common())
+
+    skipped = collections.Counter({r: n for r, n in feed.skipped.items() if r != "not_sampled"})
+    waiting = f"<b>waiting in pool</b> {feed.waiting:,}"
+    if skipped:
+        waiting += f" (skipped by the trainer: {why(skipped)})"
+    dropped = f"<b>dropped</b> {feed.dropped_total:,}" + (f" ({why(feed.dropped)})" if feed.dropped else "")
+    return (f"<b>Received</b> {feed.received:,} &nbsp;·&nbsp; <b>used in training</b> {feed.used:,} "
+            f"&nbsp;·&nbsp; {waiting} &nbsp;·&nbsp; {dropped}")
+
+
 class RolloutsView(QWidget):
     def __init__(self, feed: FeedModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -124,7 +144,7 @@ class RolloutsView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(22)
         header = self.table.horizontalHeader()
-        for col, width in enumerate((70, 120, 150, 0, 60, 230)):
+        for col, width in enumerate((70, 120, 150, 0, 60, 320)):
             if width:
                 self.table.setColumnWidth(col, width)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
@@ -156,11 +176,7 @@ class RolloutsView(QWidget):
         self._version = self.feed.version
         self.table_model.sync()
         feed = self.feed
-        reasons = ", ".join(f"{reason} {n}" for reason, n in feed.dropped.most_common())
-        self.counters.setText(
-            f"<b>Received</b> {feed.received:,} &nbsp;·&nbsp; <b>used in training</b> {feed.used:,} "
-            f"&nbsp;·&nbsp; <b>waiting in pool</b> {feed.pooled:,} &nbsp;·&nbsp; "
-            f"<b>dropped</b> {feed.dropped_total:,}" + (f" ({reasons})" if reasons else ""))
+        self.counters.setText(counters_text(feed))
         peers = sorted(feed.per_peer.values(), key=lambda p: -p.received)
         self.per_peer.setRowCount(len(peers))
         for i, peer in enumerate(peers):
@@ -176,7 +192,7 @@ class RolloutsView(QWidget):
             self.detail.clear()
             return
         reward = "not scored" if row.reward is None else f"{row.reward:.3f} (re-scored here)"
-        status = row.status + (f": {row.reason}" if row.reason else "")
+        status = status_text(row.status, row.reason)
         self.detail.setPlainText(
             f"From {row.peer_name or row.origin_peer} · {row.specialty} · reward {reward} · {status}\n\n"
             f"QUESTION\n{row.question}\n\nCOMPLETION\n{row.completion}")

@@ -209,15 +209,46 @@ def run_history(args: argparse.Namespace) -> int:
             return 0
         rows = store.rounds(limit=args.last)
         print(f"{'round':>6} {'ver':>5} {'reward':>7} {'zero-std':>8} {'loss':>8} {'clip':>6} {'entropy':>7} "
-              f"{'len':>5} {'tok/s':>6} {'sec':>6}")
+              f"{'len':>5} {'tok/s':>6} {'sec':>6} {'own':>5} {'sugg':>5} {'peer':>5} {'cpu% o/s/p':>11}")
         for r in rows:
             print(f"{r['round']:>6} {r['policy_version']:>5} {r['reward_mean'] or 0:>7.3f} "
                   f"{r['frac_reward_zero_std'] or 0:>8.2f} {r['loss'] or 0:>+8.4f} {r['clip_fraction'] or 0:>6.3f} "
                   f"{r['entropy'] or 0:>7.2f} {r['completion_len_mean'] or 0:>5.1f} {r['tokens_per_s'] or 0:>6.0f} "
-                  f"{r['seconds_total'] or 0:>6.2f}")
+                  f"{r['seconds_total'] or 0:>6.2f} {source_cells(r)}")
+        if rows:
+            print("\n" + sources_summary(store.source_totals(len(rows)), len(rows)))
         evals = store.evals()
         if evals:
             print("\nheld-out evals:")
             for ev in evals:
                 print(f"  round {ev['round']:>6} ({ev['kind']}): pass@1 {ev['pass1']:.4f}  pass@{ev['k']} {ev['passk']:.4f}")
     return 0
+
+
+# Where a round's groups came from (store columns `<source>_groups`, `<source>_mixed`, `seconds_<source>`).
+SOURCE_WORDS = (("own_pick", "your own questions"), ("suggested", "questions peers suggested"),
+                ("peer_text", "peers' answers"))
+
+
+def source_cells(row: dict[str, Any]) -> str:
+    """Groups/with signal per source, and each source's share of the round's seconds ("-" before schema v5)."""
+    if row.get("own_pick_groups") is None:
+        return f"{'-':>5} {'-':>5} {'-':>5} {'-':>11}"
+    counts = [f"{row[f'{s}_groups'] or 0:.0f}/{row.get(f'{s}_mixed') or 0:.0f}" for s, _ in SOURCE_WORDS]
+    if row.get("peer_text_mixed") is None:  # schema v5 rows: every peer text group trained on had signal
+        counts[2] = f"{row['peer_text_groups'] or 0:.0f}/{row['peer_text_groups'] or 0:.0f}"
+    seconds = [row[f"seconds_{s}"] or 0.0 for s, _ in SOURCE_WORDS]
+    shares = "/".join(f"{100 * x / sum(seconds):.0f}" if sum(seconds) > 0 else "0" for x in seconds)
+    return " ".join(f"{c:>5}" for c in counts) + f" {shares:>11}"
+
+
+def sources_summary(totals: dict[str, float], rounds: int) -> str:
+    """Where the last `rounds` rounds' training came from, in words."""
+    spent = sum(totals[f"seconds_{s}"] for s, _ in SOURCE_WORDS)
+    head = f"where training came from (last {rounds} rounds): groups, with signal (a right and a wrong answer)"
+    lines = [head + ", share of CPU"]
+    for source, words in SOURCE_WORDS:
+        groups, mixed = totals[f"{source}_groups"], totals[f"{source}_mixed"]
+        share = totals[f"seconds_{source}"] / spent if spent > 0 else 0.0
+        lines.append(f"  {words:<27} {groups:>6.0f} {mixed:>6.0f} {share:>5.0%}")
+    return "\n".join(lines)

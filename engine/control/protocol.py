@@ -294,6 +294,8 @@ def _conforms(value: Any, hint: Any) -> bool:
             _conforms(k, key_hint) and _conforms(v, value_hint) for k, v in value.items())
     if origin in (typing.Union, types.UnionType):
         return any(_conforms(value, arg) for arg in typing.get_args(hint))
+    if origin is typing.Literal:  # e.g. a rollout's status: one of the named strings, nothing else
+        return isinstance(value, str) and value in typing.get_args(hint)
     return False  # a field type this check does not know: refuse rather than trust
 
 

@@ -69,11 +69,12 @@ def pick_suggestions(candidates: Sequence[VerifiedGroup], n: int, per_origin: in
 
 
 def source_metrics(suggested: int, mixed: Sequence[bool], kept: Sequence[int], peer_text: int, *,
-                   gen_seconds: float, train_seconds: float) -> dict[str, float]:
+                   gen_seconds: float, train_seconds: float, peer_text_mixed: int | None = None) -> dict[str, float]:
     """Per source, what a round's groups gave and cost: the first `suggested` of the own groups came
     from peers' questions, the rest were this node's own pick; `mixed[k]`: own group k had signal;
-    `kept`: own groups that entered the loss; `peer_text`: peers' text groups in the loss. Generation
-    and scoring are split by own groups, preparing and the update by groups trained on."""
+    `kept`: own groups that entered the loss; `peer_text`: peers' text groups in the loss, of which
+    `peer_text_mixed` had signal (None: all, as the zero-advantage filter leaves them). Generation and
+    scoring are split by own groups, preparing and the update by groups trained on."""
     own = len(mixed)
     trained = len(kept) + peer_text
     kept_suggested = sum(k < suggested for k in kept)
@@ -81,7 +82,8 @@ def source_metrics(suggested: int, mixed: Sequence[bool], kept: Sequence[int], p
     train = {"own_pick": len(kept) - kept_suggested, "suggested": kept_suggested, "peer_text": peer_text}
     out = {"own_pick_groups": float(own - suggested), "own_pick_mixed": float(sum(mixed[suggested:])),
            "suggested_groups": float(suggested), "suggested_mixed": float(sum(mixed[:suggested])),
-           "peer_text_groups": float(peer_text)}
+           "peer_text_groups": float(peer_text),
+           "peer_text_mixed": float(peer_text if peer_text_mixed is None else peer_text_mixed)}
     for source in SOURCES:
         out[f"seconds_{source}"] = (gen_seconds * gen[source] / max(own, 1)
                                     + train_seconds * train[source] / max(trained, 1))

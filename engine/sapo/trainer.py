@@ -38,7 +38,8 @@ from engine.sapo.rows import (
     shape_rewards,
 )
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
-from engine.sapo.update import make_optimizer, policy_update
+from engine.sapo.update import UpdateStats, make_optimizer, policy_update
+from engine.sapo.verdicts import Skipped, skipped_verdicts
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
@@ -59,6 +60,7 @@ class RoundResult:
     eval: EvalReport | None = None  # the held-out eval, when this round ran one
     checkpoint: Path | None = None  # the checkpoint written after this round, if any
     suggested: tuple[VerifiedGroup, ...] = ()  # peers' groups whose question this round answered itself
+    skipped: tuple[Skipped, ...] = ()  # peers' groups passed over (still pooled), with the trainer's verdict
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -197,20 +199,11 @@ class Trainer:
         self._mid_update = False
         t_upd = time.perf_counter()
 
-        metrics, per_spec = rollout_metrics(local)
-        sources = source_metrics(len(suggested), has_signal([lg.group for lg in local]),
-                                 [k for k, lg in enumerate(shaped) if id(lg.group) in kept_ids], len(used_ext),
-                                 gen_seconds=t_score - t0, train_seconds=t_upd - t_score)
-        gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
-        formatted = [lib.format_reward(c) for lg in local for c in lg.group.completions]
-        metrics.update(groups_trained=float(len(kept_ids) + len(used_ext)), rows_trained=float(stats.rows),
-                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9), format_weight=weight,
-                       format_rate=sum(formatted) / max(len(formatted), 1),
-                       external_repeated_text=float(repeated), external_j=float(j),
-                       external_pending=float(pending), **sources)
-        if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
-            metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
-                           entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
+        kept = [k for k, lg in enumerate(shaped) if id(lg.group) in kept_ids]
+        metrics, per_spec = self._round_metrics(local, kept, len(suggested), selection.external, stats,
+                                                (t0, t_gen, t_score, t_upd))
+        metrics.update(format_weight=weight, external_repeated_text=float(repeated), external_j=float(j),
+                       external_pending=float(pending))
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
         rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}
@@ -220,19 +213,44 @@ class Trainer:
         self._emit(RoundCompleted(round=round_no, policy_version=self.policy_version, metrics=dict(metrics),
                                   per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
                                   num_local=len(kept_ids), num_external=len(used_ext), rungs=rungs))
-        report = None
-        if cfg.eval_every and round_no % cfg.eval_every == 0:
-            report = self.evaluate_heldout()
-        ckpt = None
+        report, ckpt = self._eval_and_checkpoint(round_no, t0)
+        return RoundResult(round=round_no, policy_version=self.policy_version,
+                           local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
+                           dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
+                           phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(suggested),
+                           skipped=skipped_verdicts(external, dropped))
+
+    def _eval_and_checkpoint(self, round_no: int, t0: float) -> tuple[EvalReport | None, Path | None]:
+        """The held-out eval when this round is due one; a checkpoint when the work since the last is due
+        one (`t0`: when this round started)."""
+        cfg = self.cfg
+        report = self.evaluate_heldout() if cfg.eval_every and round_no % cfg.eval_every == 0 else None
         self.work_since_checkpoint += time.perf_counter() - t0
         if self.checkpoint_dir is not None and checkpoint_due(
                 round_no, self.work_since_checkpoint, self.last_checkpoint_seconds, every=cfg.checkpoint_every,
                 max_loss_s=cfg.checkpoint_seconds, overhead=cfg.checkpoint_overhead):
-            ckpt = self.save_checkpoint()
-        return RoundResult(round=round_no, policy_version=self.policy_version,
-                           local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
-                           dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
-                           phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(suggested))
+            return report, self.save_checkpoint()
+        return report, None
+
+    def _round_metrics(self, local: list[LocalGroup], kept: list[int], suggested: int,
+                       peer_text: Sequence[RolloutGroup], stats: UpdateStats,
+                       times: tuple[float, float, float, float]) -> tuple[dict[str, float], dict[str, float]]:
+        """The round's metrics (names as in the store's rounds table) and own reward per specialty:
+        `kept` own groups and the `peer_text` groups trained on; `times`: start, generated, scored, updated."""
+        t0, t_gen, t_score, t_upd = times
+        metrics, per_spec = rollout_metrics(local)
+        metrics.update(source_metrics(suggested, has_signal([lg.group for lg in local]), kept, len(peer_text),
+                                      gen_seconds=t_score - t0, train_seconds=t_upd - t_score,
+                                      peer_text_mixed=sum(has_signal(peer_text))))
+        gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
+        formatted = [self._lib.format_reward(c) for lg in local for c in lg.group.completions]
+        metrics.update(groups_trained=float(len(kept) + len(peer_text)), rows_trained=float(stats.rows),
+                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9),
+                       format_rate=sum(formatted) / max(len(formatted), 1))
+        if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
+            metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
+                           entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
+        return metrics, per_spec
 
     # -- evaluation ------------------------------------------------------------------------------
     def heldout_questions(self) -> list[Any]:
