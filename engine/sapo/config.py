@@ -61,6 +61,9 @@ class SapoConfig:
     # a right and a wrong answer), answered by this node's own policy: on-policy sharing (sapo/frontier.py)
     num_suggested: int = 0
     suggested_per_origin: int = 1  # suggested questions one peer may place in a round
+    # True: num_suggested is the most a round takes, and how many it takes follows what each source has
+    # yielded here (mixed groups per CPU-second, sapo/source_choice.py); False: always num_suggested
+    adaptive_sources: bool = False
     completions: int = 8  # L: completions per question (GRPO group size), >= 2
     lr: float = 1e-4  # Adam learning rate (the pilot: 1e-4 learned, 3e-4 collapsed the seed)
     adam_beta1: float = 0.9  # Adam first-moment decay
@@ -127,6 +130,8 @@ class SapoConfig:
             raise ValueError("num_local + num_external must be >= 1")
         _int("num_suggested", self.num_suggested, 0, self.num_local)
         _int("suggested_per_origin", self.suggested_per_origin, 1, 256)
+        if not isinstance(self.adaptive_sources, bool):
+            raise ValueError("adaptive_sources must be true or false")  # noqa: TRY004 (ValueError for every bad input)
         _int("completions", self.completions, 2, 64)
         _float("lr", self.lr, 0.0, 1.0, low_open=True)
         _float("adam_beta1", self.adam_beta1, 0.0, 0.999999)

@@ -38,6 +38,7 @@ from engine.sapo.rows import (
     shape_rewards,
 )
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
+from engine.sapo.source_choice import SOURCES, SourceChoice
 from engine.sapo.update import UpdateStats, make_optimizer, policy_update
 from engine.sapo.verdicts import Skipped, skipped_verdicts
 from engine.store import Store
@@ -93,6 +94,7 @@ class Trainer:
         # Each origin's record here; the reputation sampler draws J by it, any sampler keeps it current.
         self.reputation = Reputation(cfg.reputation)
         self._recent_questions = RecentQuestions()  # asked here lately: not worth a peer's suggestion
+        self.sources = SourceChoice()  # what own picks and suggestions yielded here (cfg.adaptive_sources)
         if hasattr(self.sampler, "reputation"):
             self.sampler.reputation = self.reputation
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
@@ -132,8 +134,8 @@ class Trainer:
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
         # Part of the I questions may be peers' frontier questions (regenerated and hash-checked by the
         # pool's gate), answered here on-policy; a group taken for its question is not also a text group.
-        suggested = pick_suggestions(external, cfg.num_suggested, cfg.suggested_per_origin, self.rng,
-                                     self._recent_questions)
+        suggested = pick_suggestions(external, self._suggestion_slots(len(external)), cfg.suggested_per_origin,
+                                     self.rng, self._recent_questions)
         if suggested:
             taken = {id(v) for v in suggested}
             external = [v for v in external if id(v) not in taken]
@@ -204,6 +206,7 @@ class Trainer:
                                                 (t0, t_gen, t_score, t_upd))
         metrics.update(format_weight=weight, external_repeated_text=float(repeated), external_j=float(j),
                        external_pending=float(pending))
+        self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
         rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}
@@ -219,6 +222,19 @@ class Trainer:
                            dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
                            phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(suggested),
                            skipped=skipped_verdicts(external, dropped))
+
+    def _suggestion_slots(self, candidates: int) -> int:
+        """How many of this round's own questions may come from peers' suggestions."""
+        cfg = self.cfg
+        if not cfg.adaptive_sources:
+            return cfg.num_suggested
+        return self.sources.suggested_slots(cfg.num_local, cfg.num_suggested, candidates, self.rng)
+
+    def _observe_sources(self, metrics: dict[str, float]) -> None:
+        if self.cfg.adaptive_sources:
+            for source in SOURCES:
+                self.sources.observe(source, int(metrics[f"{source}_groups"]), int(metrics[f"{source}_mixed"]),
+                                     metrics[f"seconds_{source}"])
 
     def _eval_and_checkpoint(self, round_no: int, t0: float) -> tuple[EvalReport | None, Path | None]:
         """The held-out eval when this round is due one; a checkpoint when the work since the last is due
@@ -289,7 +305,8 @@ class Trainer:
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
-                 "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None}
+                 "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
+                 "sources": self.sources.state_dict()}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
@@ -309,6 +326,7 @@ class Trainer:
         self._checkpointed = (ckpt.round, ckpt.policy_version)
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
+        self.sources.load_state(ckpt.extra.get("sources"))
         if self.j_bandit is not None:
             self.j_bandit.load_state(ckpt.extra.get("adaptive_j"))
         self.reputation_snapshot = self.reputation.snapshot()

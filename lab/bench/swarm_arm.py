@@ -10,6 +10,7 @@ from the swarm:
   text       J peers' text groups (today's default sharing)
   question   part of its own I questions from peers' frontier questions, answered by itself
   both       both
+  adaptive   question sharing where each round's share of suggestions follows what they yielded
 
 Settings: homogeneous (every node the same specialties) and heterogeneous (node k trains on 2 of the
 4, and is judged on all 4). `python -m lab.bench.swarm_arm ARGS_JSON OUT_JSON`.
@@ -27,11 +28,13 @@ from typing import Any
 
 from lab.bench.real_arm import judge, judge_mix, train_mix
 
-ARMS: dict[str, dict[str, int]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
+ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
     "solo": {"num_external": 0, "num_suggested": 0},
     "text": {"num_external": 2, "num_suggested": 0},
     "question": {"num_external": 0, "num_suggested": 1},
     "both": {"num_external": 2, "num_suggested": 1},
+    # how many of the I = 2 own questions are peers' suggestions, 0-2, follows each source's yield here
+    "adaptive": {"num_external": 0, "num_suggested": 2, "adaptive_sources": True},
 }
 SETTINGS = ("homogeneous", "heterogeneous")
 

@@ -108,3 +108,28 @@ def test_config_bounds_suggestions_by_the_own_questions() -> None:
         SapoConfig(num_local=2, num_suggested=3)
     with pytest.raises(ValueError, match="suggested_per_origin"):
         SapoConfig(num_local=2, num_suggested=1, suggested_per_origin=0)
+
+
+def test_adaptive_sources_learn_what_each_source_yields_and_keep_it_across_a_checkpoint(model_dir: Path,
+                                                                                      tmp_path: Path) -> None:
+    """With adaptive_sources the number of suggested questions per round is the chooser's (never above
+    num_suggested nor the suggestions on hand), and what each source gave is recorded and checkpointed."""
+    import dataclasses
+
+    model, tok = load_policy(model_dir)
+    cfg = dataclasses.replace(CFG, num_external=0, num_suggested=2, adaptive_sources=True, checkpoint_every=1)
+    trainer = Trainer(model, tok, cfg, preset("rl"), None, tmp_path / "ckpt", 7)
+    pool = make_pool(PoolConfig(), 24, False, preset("rl"))
+    for i in range(3):
+        assert pool.offer(_group(40 + i, (RIGHT, WRONG, RIGHT, WRONG), origin=f"peer{i}"), f"peer{i}").status == "pooled"
+    exchange = PoolExchange(pool)
+    taken = [len(step(trainer, exchange).suggested) for _ in range(3)]
+    assert all(0 <= n <= 2 for n in taken) and sum(taken) <= 3  # each suggestion is answered once
+    records = trainer.sources.records
+    assert records["own_pick"].groups > 0  # own picks counted every round
+    assert (records["suggested"].groups > 0) == (sum(taken) > 0)
+    saved = trainer.sources.state_dict()
+    again = Trainer.resume(load_policy(model_dir)[0], tok, cfg, preset("rl"), None, tmp_path / "ckpt", 7)
+    assert again.round == 3 and again.sources.state_dict() == saved
+    with pytest.raises(ValueError, match="adaptive_sources"):
+        SapoConfig(num_local=2, num_suggested=1, adaptive_sources=1)  # type: ignore[arg-type]
