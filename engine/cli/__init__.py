@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.tasks",
     "engine.cli.train",
     "engine.cli.desktop",
+    "engine.cli.export",
 )
 LAB_COMMANDS = "lab.cli"  # optional: present in a source checkout only
 
