@@ -131,6 +131,33 @@ class EvalCompleted(Event):
     per_specialty: dict[str, dict[str, float]]
 
 
+# What the engine is busy with for more than a moment: loading a model, or a round's phases.
+WorkPhase = Literal["loading_model", "generating", "updating", "evaluating", "saving"]
+WORK_PHASES: tuple[str, ...] = get_args(WorkPhase)
+
+
+@dataclass(frozen=True)
+class WorkProgress(Event):
+    """The engine started `phase` (of `round`; 0 outside a round): `done` of `total` units (answers,
+    groups, questions; total 0 when there is no count), `detail` in a contributor's words."""
+
+    phase: WorkPhase
+    round: int = 0
+    done: int = 0
+    total: int = 0
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.phase not in WORK_PHASES:
+            raise EventError(f"unknown work phase {self.phase!r}")
+        for name in ("round", "done", "total"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**40:
+                raise EventError(f"work progress {name} must be a count")
+        if not isinstance(self.detail, str) or len(self.detail) > 300:
+            raise EventError("work progress detail must be a short text")
+
+
 @dataclass(frozen=True)
 class LogRecord(Event):
     level: str

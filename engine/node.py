@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.bus import EventBus
 from engine.contribution import Contribution
-from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
+from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.memory import HeapTrimmer, MemoryConfig
@@ -315,6 +315,8 @@ class Node:
         model = self._model
         self.bus.publish(LogRecord(level="info", message=f"loading {model} on {device} "
                                    f"({self.config.backend} backend) ..."))
+        self.bus.publish(WorkProgress(phase="loading_model", round=self._round,
+                                      detail=f"{model_name(model)} (a minute or two on a real model's first start)"))
         import transformers
 
         transformers.logging.disable_progress_bar()  # the GUI and log show our own progress

@@ -82,3 +82,14 @@ def test_the_chosen_model_round_trips_and_rejects_control_characters(tmp_path: P
             ContributorSettings.from_dict({"model": bad})
     with pytest.raises(ValueError, match="string"):
         ContributorSettings.from_dict({"model": 3})
+
+
+def test_work_progress_travels_as_json_and_refuses_what_it_does_not_know() -> None:
+    from engine.events import EventError, WorkProgress, event_from_dict
+
+    event = WorkProgress(phase="updating", round=7, done=0, total=3, detail="learning from 3 groups")
+    assert event_from_dict(event.to_dict()) == event
+    for bad in ({"phase": "mining"}, {"phase": "updating", "total": -1}, {"phase": "updating", "round": True},
+                {"phase": "updating", "detail": "x" * 301}):
+        with pytest.raises(EventError):
+            event_from_dict({"type": "work_progress", **bad})

@@ -19,6 +19,7 @@ from engine.events import (
     RolloutSeen,
     RoundCompleted,
     StateChanged,
+    WorkProgress,
 )
 
 __all__ = ["AppModel", "DashboardModel", "FeedModel", "LogModel", "NodeModel", "PeersModel"]
@@ -56,6 +57,8 @@ class AppModel:
             self.log.add(event.level, event.message, event.ts)
         elif isinstance(event, ModelProgress):
             self.progress = event
+        elif isinstance(event, WorkProgress):
+            self.node.apply_work(event)
 
     def apply_many(self, events: list[Event]) -> None:
         for event in events:

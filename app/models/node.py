@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events import NODE_STATES, RoundCompleted, StateChanged
+from engine.events import NODE_STATES, RoundCompleted, StateChanged, WorkProgress
 from engine.supervisor import crash_text, parse_crash
 
 STATE_LABELS = {
@@ -41,6 +41,19 @@ def parse_contribution(raw: Any) -> dict[str, Any]:
     return out
 
 
+def work_text(work: WorkProgress) -> str:
+    """A phase in a contributor's words."""
+    if work.phase == "loading_model":
+        return f"Loading {work.detail or 'the model'}"
+    if work.phase == "generating":
+        return f"Round {work.round:,}: writing {work.total} answers ({work.detail})"
+    if work.phase == "updating":
+        return f"Round {work.round:,}: learning from {work.total} groups"
+    if work.phase == "evaluating":
+        return f"Checking held-out questions: {work.done} of {work.total}"
+    return f"Saving {work.detail or 'a checkpoint'}"
+
+
 class NodeModel:
     """What the header and the tray show. `connected` is the control link, not the swarm."""
 
@@ -61,6 +74,7 @@ class NodeModel:
         self.engine_url = ""
         self.last_crash: dict[str, Any] | None = None  # why the engine last died (its supervisor's record)
         self.eval_every: int | None = None  # rounds between held-out evals (0 = off; None = not told yet)
+        self.work: WorkProgress | None = None  # the engine's current phase (model load, round phases)
         self.contribution: dict[str, Any] = {}  # what this machine has given (engine.contribution), checked
         self.version = 0
 
@@ -108,11 +122,27 @@ class NodeModel:
     def apply_state(self, event: StateChanged) -> None:
         if event.state in NODE_STATES:
             self.state, self.detail = event.state, event.detail
+            if event.state in ("stopped", "paused"):
+                self.work = None  # nothing is being worked on
             self.version += 1
+
+    def apply_work(self, event: WorkProgress) -> None:
+        self.work = event
+        self.version += 1
+
+    def activity(self, now: float | None = None) -> str:
+        """What the engine is doing right now, with how long it has been at it ("" when idle)."""
+        work = self.work
+        if work is None or self.state in ("stopped", "paused"):
+            return ""
+        seconds = max(0, int((time.time() if now is None else now) - work.ts))
+        return f"{work_text(work)} · {seconds} s"
 
     def apply_round(self, event: RoundCompleted) -> None:
         if event.round >= self.round:
             self.round, self.policy_version = event.round, event.policy_version
+            if self.work is not None and self.work.phase in ("generating", "updating") and self.work.round <= event.round:
+                self.work = None  # that round is done
             self.version += 1
 
     def crash_note(self, now: float | None = None) -> str:

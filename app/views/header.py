@@ -99,7 +99,8 @@ class Header(QFrame):
         self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
         self.state_label.setText(node.label if node.connected else "Engine not connected")
         self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
-        self.state_detail.setText(node.detail if node.connected else "The app reconnects by itself.")
+        self.state_detail.setText((node.activity() or node.detail) if node.connected
+                                  else "The app reconnects by itself.")
         note = node.crash_note()
         self.crash_note.setText(note)
         self.crash_note.setVisible(bool(note))

@@ -19,7 +19,7 @@ from typing import Any
 
 from engine.checkpoint import checkpoint_due, latest_checkpoint, load_checkpoint, save_checkpoint
 from engine.evaluation import EvalReport, evaluate
-from engine.events import EvalCompleted, Event, RoundCompleted
+from engine.events import EvalCompleted, Event, RoundCompleted, WorkProgress
 from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.adaptive_j import JBandit
@@ -142,6 +142,8 @@ class Trainer:
         refs = mix.sample_refs(self.rng, cfg.num_local - len(suggested), cfg.dataset_seed)
         questions = [v.question for v in suggested] + [lib.regenerate(r) for r in refs]
         prompts = [self.prompt(q) for q in questions]
+        self._emit(WorkProgress(phase="generating", round=round_no, total=len(prompts) * cfg.completions,
+                                detail=f"{len(prompts)} questions x {cfg.completions} answers"))
         gen_seed = self.rng.getrandbits(62)
         gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
         samples = self.generator.generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling,
@@ -190,6 +192,8 @@ class Trainer:
                               self.tokenizer, cfg.advantage_eps)
         t_prep = time.perf_counter()
 
+        self._emit(WorkProgress(phase="updating", round=round_no, total=len(kept_ids) + len(chosen),
+                                detail=f"learning from {len(kept_ids) + len(chosen)} groups"))
         self._mid_update = True
         stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
@@ -280,10 +284,17 @@ class Trainer:
 
     def evaluate_heldout(self, *, record: bool = True) -> EvalReport:
         """pass@1 / pass@k on the fixed held-out set; stored and emitted when `record`."""
-        report = evaluate(self.model, self.tokenizer, self.heldout_questions(), k=self.cfg.eval_k,
+        questions = self.heldout_questions()
+
+        def progress(done: int, total: int) -> None:  # an eval takes minutes on a real model: say so
+            self._emit(WorkProgress(phase="evaluating", round=self.round, done=done, total=total,
+                                    detail="checking held-out questions"))
+        if record:
+            progress(0, len(questions))
+        report = evaluate(self.model, self.tokenizer, questions, k=self.cfg.eval_k,
                           sample_cfg=self.eval_sample_config(), prompt_style=self.cfg.prompt_style,
                           seed=self.cfg.eval_seed, prompt=self.prompt, generator=self.generator,
-                          policy_version=self.policy_version)
+                          policy_version=self.policy_version, progress=progress if record else None)
         if record:
             if self.store is not None:
                 self.store.record_eval(self.round, self.policy_version, report.to_dict(), model=self.model_id)

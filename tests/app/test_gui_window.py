@@ -287,3 +287,17 @@ def test_machine_tab_says_what_this_machine_gave(qtbot: QtBot, window: MainWindo
     assert ("measured" in energy) == given["energy_measured"]
     assert giving.labels["Memory held now"].text().endswith("GiB")
     assert "% of its CPU" in giving.labels["Share of this machine"].text()
+
+
+def test_the_header_shows_the_engines_work_as_it_happens(qtbot: QtBot, window: MainWindow,
+                                                         engine: EngineThread) -> None:
+    seen: set[str] = set()
+    qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
+
+    def watch() -> bool:
+        text = window.header.state_detail.text()
+        if "Loading" in text or "writing" in text or "learning from" in text:
+            seen.add(text.split(" ")[0] if text.startswith("Loading") else text.split(": ")[1].split(" ")[0])
+        return engine.status()["round"] >= 3 and bool(seen)
+    qtbot.waitUntil(watch, timeout=WAIT_MS)
+    assert seen & {"Loading", "writing", "learning"}

@@ -53,3 +53,23 @@ def test_a_malformed_contribution_shows_nothing_rather_than_nonsense() -> None:
         assert parse_contribution(junk) == {}
     assert set(giving_rows({}).values()) == {"–"}
     assert parse_contribution(good | {"energy_measured": "yes"})["energy_measured"] is False
+
+
+def test_the_header_says_what_the_engine_is_doing_and_for_how_long(qtbot: QtBot) -> None:
+    from engine.events import StateChanged, WorkProgress
+
+    header = _shown(qtbot, "seed")
+    node = NodeModel()
+    node.connected = True
+    node.apply_state(StateChanged(state="joining"))
+    node.apply_work(WorkProgress(phase="loading_model", detail="SmolLM2-135M-Instruct", ts=100.0))
+    assert node.activity(now=112.4) == "Loading SmolLM2-135M-Instruct · 12 s"
+    node.apply_work(WorkProgress(phase="generating", round=413, total=32, detail="2 questions x 16 answers", ts=200.0))
+    assert node.activity(now=203.0) == "Round 413: writing 32 answers (2 questions x 16 answers) · 3 s"
+    node.apply_work(WorkProgress(phase="evaluating", round=413, done=16, total=128, ts=300.0))
+    assert node.activity(now=300.0).startswith("Checking held-out questions: 16 of 128")
+    header.show_node(node, busy=False)
+    assert header.state_detail.text().startswith("Checking held-out questions")
+    node.apply_state(StateChanged(state="paused", detail="on battery"))
+    header.show_node(node, busy=False)
+    assert node.activity() == "" and header.state_detail.text() == "on battery"  # why it waits, not old work

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine.checkpoint import list_checkpoints
-from engine.events import EvalCompleted, Event, RoundCompleted
+from engine.events import EvalCompleted, Event, RoundCompleted, WorkProgress
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
@@ -101,6 +101,10 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
     assert second.used_external == (VerifiedGroup(mixed, q),)
     assert [(g.completions, why) for g, why in second.dropped_external] == [(flat.completions, "zero_advantage")]
     assert second.eval is not None and second.eval.k == 2
+    progress = [(e.phase, e.round) for e in events if isinstance(e, WorkProgress)]
+    assert progress[:4] == [("generating", 1), ("updating", 1), ("generating", 2), ("updating", 2)]
+    assert {phase for phase, _ in progress[4:]} == {"evaluating"}  # before each batch of held-out questions
+    events = [e for e in events if not isinstance(e, WorkProgress)]
     kinds = [type(e) for e in events]
     assert kinds == [RoundCompleted, RoundCompleted, EvalCompleted]
     assert isinstance(events[1], RoundCompleted) and events[1].num_external == 1
