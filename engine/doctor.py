@@ -8,9 +8,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareProfile, mps_default_budget, probe
+from engine.machine_load import choose_threads, lent_cores
 from engine.models import catalog, fit
 
 DEFAULT_MAX_ROUND_SECONDS = 300.0  # "a few minutes" per paper-sized round suits a contributor
+# Speed each thread past the first adds, as a fraction of one core's, on these small models: llama.cpp
+# generation went 14.6 -> 11.1 s from 1 to 2 threads on a quiet 2-core machine (1.3x) and torch's
+# update scales better. `sapo bench busy` compares the resulting estimate with measured rounds.
+THREAD_GAIN = 0.5
 
 
 def hypothetical(device: str, memory_gb: float, cores: int = 8, bf16: bool = True) -> HardwareProfile:
@@ -60,10 +65,46 @@ def availability(spec: catalog.ModelSpec, hub: str) -> str:
         hub, "not installed (no model hub reachable)")
 
 
+def thread_speedup(threads: int) -> float:
+    return 1.0 + THREAD_GAIN * (max(1, threads) - 1)
+
+
+def lent_seconds(round_seconds: float, hw: HardwareProfile, threads: int) -> float:
+    """A round estimated for every core (fit's CPU rates are per core and scale linearly), on `threads`
+    threads instead, at the measured gain per thread. A GPU's round does not follow the CPU threads."""
+    if hw.kind != "cpu":
+        return round_seconds
+    return round_seconds * max(1, hw.cpu.physical_cores) / thread_speedup(threads)
+
+
+def lent_estimate(hw: HardwareProfile, pick_seconds: float, cpu_cores: int, busy_cores: float | None) -> dict[str, Any]:
+    """The round time for the cores the contributor lends (quiet), and for the threads the engine would
+    choose now beside the load measured (`busy_cores`; None: not measured). Says what it assumed."""
+    physical = hw.cpu.physical_cores
+    lent = lent_cores(cpu_cores, physical)
+    out: dict[str, Any] = {
+        "cpu_cores_setting": cpu_cores, "cores_lent": lent, "threads": lent,
+        "round_seconds": round(lent_seconds(pick_seconds, hw, lent), 1),
+        "assumes": (f"{lent} thread(s) on {lent} of {physical} physical cores"
+                    + (" (automatic: all but one)" if cpu_cores == 0 else "")
+                    + f", nothing else busy; +{THREAD_GAIN:g} core's speed per thread past the first"),
+        "busy_cores": busy_cores, "threads_now": None, "round_seconds_now": None}
+    if busy_cores is not None:
+        now = choose_threads(lent, physical, busy_cores)
+        free = max(physical, lent) - busy_cores
+        out["threads_now"] = now
+        # at idle priority the engine gets only what the owner leaves: with no core free it waits
+        out["round_seconds_now"] = round(lent_seconds(pick_seconds, hw, now), 1) if free >= 0.5 else None
+    return out
+
+
 def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = None,
            can_fetch: bool | None = None, max_round_seconds: float = DEFAULT_MAX_ROUND_SECONDS,
-           models: list[catalog.ModelSpec] | None = None) -> dict[str, Any]:
-    """`can_fetch` None: ask the hub (`hub_status`); True / False: assume it answers / is off."""
+           models: list[catalog.ModelSpec] | None = None, cpu_cores: int = 0,
+           busy_cores: float | None = None) -> dict[str, Any]:
+    """`can_fetch` None: ask the hub (`hub_status`); True / False: assume it answers / is off.
+    `cpu_cores`: the contributor's setting (0 = automatic); `busy_cores`: cores other work keeps busy
+    now, if measured. "lent" is the round for those cores, "round_seconds" fit's for every core."""
     hw = hw or probe()
     hub = hub_status() if can_fetch is None else HUB_UP if can_fetch else HUB_OFF
     fetch = hub == HUB_UP
@@ -74,6 +115,8 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
     chosen = fit.pick(candidates, max_round_seconds)
     shape = shapes[chosen.model]
     keys = ("model", "backend", "quantization", "estimated_bytes", "budget_bytes", "verdict", "reason")
+    lent = lent_estimate(hw, chosen.round_seconds, cpu_cores, busy_cores)
+    threads = lent["threads"]
     return {
         "device": hw.to_dict(),
         "round": {"questions": shape.questions, "completions": shape.completions,
@@ -81,8 +124,12 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
                   "micro_batch": shape.micro_batch, "max_round_seconds": max_round_seconds},
         "can_fetch": fetch,
         "hub": hub,
-        "pick": {k: getattr(chosen, k) for k in keys} | {"round_seconds": chosen.round_seconds},
-        "candidates": [e.to_dict() | {"availability": availability(by_id[e.model], hub)} for e in candidates],
+        "pick": {k: getattr(chosen, k) for k in keys} | {"round_seconds": chosen.round_seconds,
+                                                         "round_seconds_lent": lent["round_seconds"]},
+        "lent": lent,
+        "candidates": [e.to_dict() | {"availability": availability(by_id[e.model], hub),
+                                      "round_seconds_lent": round(lent_seconds(e.round_seconds, hw, threads), 1)}
+                       for e in candidates],
         "fast_paths": fast_paths(),
     }
 

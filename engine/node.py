@@ -24,9 +24,11 @@ from engine.contribution import Contribution
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
+from engine.machine_load import PauseTimer, ThreadPacer
 from engine.memory import HeapTrimmer, MemoryConfig
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
+from engine.models.resolve import pace_threads, release_model
 from engine.node_swarm import NodeSwarm
 from engine.sapo.config import SapoConfig
 from engine.sapo.step import step
@@ -115,6 +117,9 @@ class Node:
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
         self._heap = HeapTrimmer(config.memory)
         self._contribution = Contribution(config.data_dir)  # what this machine has given, kept across restarts
+        self._pacer = ThreadPacer()  # each round's threads: the cores lent that other work leaves free
+        self._threads: dict[str, Any] = {}  # the last choice (engine.machine_load.ThreadChoice)
+        self._pause = PauseTimer()  # a long pause releases the model's memory
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -131,7 +136,8 @@ class Node:
                     "swarm": self.net.health(self._reputation),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,
                     "recent": recent_summary(list(self._recent_rounds), time.time()),
-                    "memory": self._heap.status(), "contribution": self._contribution.status()}
+                    "memory": self._heap.status(), "contribution": self._contribution.status(),
+                    "threads": dict(self._threads), "model_released": self._pause.released}
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():
@@ -209,7 +215,8 @@ class Node:
     def machine(self) -> dict[str, Any]:
         from engine import doctor
 
-        return doctor.report(can_fetch=None)
+        return doctor.report(can_fetch=None, cpu_cores=self.settings.cpu_cores,
+                             busy_cores=self._threads.get("others_busy"))
 
     # ---- switching models -------------------------------------------------------------------------
     async def select_model(self, model_id: str) -> None:
@@ -268,12 +275,20 @@ class Node:
                     self._set_state("stopped", self.error)
                     break
                 if not self._may_run_now():
+                    if trainer is not None and self._pause.release_due():
+                        release_model(trainer, self.bus.publish)  # checkpointed, llama.cpp's copy freed
+                        trainer = None
+                        self._pause.freed()
                     continue
-                if self._built_model != self._model:  # select_model while paused: train the new one
-                    trainer.save_checkpoint()
-                    trainer = None  # free the old weights before loading the new ones
-                    trainer = self._build_trainer()
+                if trainer is None or self._built_model != self._model:  # released, or select_model while paused
+                    if trainer is not None:
+                        trainer.save_checkpoint()
+                        trainer = None  # free the old weights before loading the new ones
+                    if self._pause.released:  # progress while the model loads again after a long pause
+                        self._set_state("joining", "loading the model again after the pause")
+                    trainer, self._pause.released = self._build_trainer(), False
                 self._set_state("in_swarm" if self.net.peer_count() else "solo", training=True)
+                self._threads = pace_threads(self._pacer, self._device, self.settings.cpu_cores, trainer.generator)
                 self._run_one_round(trainer)
                 done += 1
                 if self.config.rounds and done >= self.config.rounds:
@@ -294,9 +309,11 @@ class Node:
         verdict = may_train(self.settings, probe_machine(time.time(), self.settings))
         if self._pause_requested or not verdict.run:
             self._set_state("paused", "paused by you" if self._pause_requested else verdict.reason)
+            self._pause.paused()
             self._wake.wait(timeout=GUARD_RECHECK_S)
             self._wake.clear()
             return False
+        self._pause.running()
         return True
 
     def _build_trainer(self) -> Any:

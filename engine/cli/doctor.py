@@ -7,6 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from engine.machine_load import LoadProbe
+from engine.paths import default_data_dir
+from engine.settings import ContributorSettings
+from engine.supervisor import read_last_crash
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("doctor", help="detect this machine and pick the model it can train")
@@ -18,6 +23,9 @@ def register(sub: Any) -> None:
     p.add_argument("--data-dir", type=Path, default=None, help="the node's data dir (for its last crash)")
     p.add_argument("--max-round-seconds", type=float, default=None,
                    help="longest acceptable paper-sized round (default 300)")
+    p.add_argument("--cpu-cores", type=int, default=None, metavar="N",
+                   help="cores lent to the engine for the round estimate (default: the data dir's setting; "
+                        "0 = automatic, all physical cores but one)")
     p.set_defaults(func=run)
 
 
@@ -33,14 +41,17 @@ def run(args: argparse.Namespace) -> int:
     hw = doctor.hypothetical(args.device, args.memory_gb, args.cores) if args.device else None
     # A hypothetical machine assumes the hub answers (unless downloads are off); this one asks it.
     fetch = False if args.offline else (doctor.can_fetch_models() if hw is not None else None)
-    kwargs: dict[str, Any] = {"hw": hw, "can_fetch": fetch}
+    data_dir = (args.data_dir or default_data_dir()).expanduser()
+    if args.cpu_cores is not None and not 0 <= args.cpu_cores <= 1024:
+        raise SystemExit("--cpu-cores must be between 0 and 1024")
+    cores = args.cpu_cores if args.cpu_cores is not None else ContributorSettings.load(data_dir).cpu_cores
+    # this machine's load now (half a second's look); a hypothetical machine is assumed quiet
+    busy = None if hw is not None else round(LoadProbe().others_busy(), 2)
+    kwargs: dict[str, Any] = {"hw": hw, "can_fetch": fetch, "cpu_cores": cores, "busy_cores": busy}
     if args.max_round_seconds is not None:
         kwargs["max_round_seconds"] = args.max_round_seconds
     rep = doctor.report(**kwargs)
-    from engine.paths import default_data_dir
-    from engine.supervisor import read_last_crash
-
-    rep["last_crash"] = read_last_crash((args.data_dir or default_data_dir()).expanduser())
+    rep["last_crash"] = read_last_crash(data_dir)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -65,12 +76,14 @@ def print_table(rep: dict[str, Any]) -> None:
     table = Table(title="Training fit for one round "
                   f"({rep['round']['questions']}×{rep['round']['completions']}, "
                   f"{rep['round']['max_new_tokens']} new tokens)")
-    for col in ("model", "backend", "quant", "training", "estimate GiB", "verdict", "round s", "here"):
+    lent = rep["lent"]
+    for col in ("model", "backend", "quant", "training", "estimate GiB", "verdict", "round s (all cores)",
+                f"round s ({lent['threads']} thr)", "here"):
         table.add_column(col)
     for c in rep["candidates"]:
         table.add_row(c["model"], c["backend"], c["quantization"], "full" if c["full_finetune"] else "LoRA",
                       f"{c['estimated_bytes'] / gib:.2f}", c["verdict"], f"{c['round_seconds']:.0f}",
-                      c.get("availability") or ("yes" if c["available"] else "-"))
+                      f"{c['round_seconds_lent']:.0f}", c.get("availability") or ("yes" if c["available"] else "-"))
     console.print(table)
     fast = rep.get("fast_paths") or {}
     gen = (f"llama.cpp {fast['llamacpp']}" + (" (bf16 weights)" if fast.get("llamacpp_bf16") else "")
@@ -80,6 +93,7 @@ def print_table(rep: dict[str, Any]) -> None:
     pick = rep["pick"]
     console.print(f"[bold green]Pick:[/] {pick['model']} via {pick['backend']} ({pick['quantization']}) — "
                   f"{pick['reason']}")
+    console.print(lent_line(pick["model"], lent))
     if "last_crash" in rep:
         from rich.markup import escape
 
@@ -87,3 +101,15 @@ def print_table(rep: dict[str, Any]) -> None:
 
         crash = rep["last_crash"]
         console.print(f"[bold red]Last crash:[/] {escape(crash_text(crash))}" if crash else "Last crash: none recorded")
+
+
+def lent_line(model: str, lent: dict[str, Any]) -> str:
+    """The round time for the cores lent, and what it assumed; then the same beside today's load."""
+    line = f"Round for the cores you lend: ~{lent['round_seconds']:.0f} s for {model} ({lent['assumes']})"
+    if lent["busy_cores"] is None:
+        return line
+    if lent["round_seconds_now"] is None:
+        return line + (f". Now other work keeps {lent['busy_cores']:.1f} cores busy: no core is free, "
+                       "so the engine waits (idle priority)")
+    return line + (f". Now other work keeps {lent['busy_cores']:.1f} cores busy: {lent['threads_now']} "
+                   f"thread(s), ~{lent['round_seconds_now']:.0f} s")

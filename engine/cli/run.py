@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine import machine_load
 from engine.settings import ContributorSettings
 
 
@@ -62,6 +63,9 @@ def register(sub: Any) -> None:
                    help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
     p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
     p.add_argument("--paused", action="store_true", help="start without joining (wait for the GUI)")
+    p.add_argument("--priority", choices=machine_load.PRIORITIES, default=None,
+                   help="CPU priority: idle (default: runs only on cores nothing else wants; nice 19 where the OS "
+                        "refuses), low (nice 19) or normal")
     p.add_argument("--supervised", action="store_true",
                    help="run the engine as a child and restart it when it dies (backoff; gives up after "
                         "repeated fast crashes); why it died goes to logs/last_crash.json")
@@ -167,6 +171,12 @@ def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    # First, before torch or llama.cpp load: their OpenMP runtime reads its wait policy once, at load.
+    in_time = machine_load.set_passive_wait()
+    applied = machine_load.apply_priority(args.priority or machine_load.default_priority())
+    logging.getLogger("sapo.run").info("CPU priority: %s; OpenMP waits: %s", applied,
+                                       os.environ[machine_load.WAIT_POLICY_ENV].lower()
+                                       + ("" if in_time else " (from the next start: already loaded)"))
     if args.supervised:
         return supervise(args)
     try:

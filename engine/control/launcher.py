@@ -1,8 +1,8 @@
 """Find a running engine through `control.json`, or start one as a child process.
 
 The engine outlives the window (BOINC and F@H work that way), so it runs in its own session and
-at low CPU priority: the person at the keyboard always comes first, and the GUI stays responsive
-while the engine trains flat out.
+at idle CPU priority with OpenMP workers that sleep while they wait (engine/machine_load.py): the
+person at the keyboard always comes first, and the GUI stays responsive while the engine trains.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from engine import machine_load
 from engine.control.token import ControlInfo, read_control_info
 
 ENGINE_LOG = "engine.log"
@@ -51,9 +52,18 @@ def engine_command(data_dir: Path, extra_args: Sequence[str] = ()) -> list[str]:
             str(data_dir), *extra_args]
 
 
+def engine_env(low_priority: bool, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine child's environment: passive OpenMP waits (read when torch and llama.cpp load, so
+    only the environment can set them in time) and the priority `sapo run` puts itself at."""
+    env = machine_load.passive_wait_env(dict(os.environ) if base is None else base)
+    env[machine_load.PRIORITY_ENV] = "idle" if low_priority else "normal"
+    return env
+
+
 def start_engine(data_dir: Path, extra_args: Sequence[str] = (), low_priority: bool = True,
                  command: Sequence[str] | None = None) -> subprocess.Popen[bytes]:
-    """Start `sapo run --headless --control` detached from this process; output goes to logs/engine.log."""
+    """Start `sapo run --headless --control` detached from this process; output goes to logs/engine.log.
+    low_priority: idle CPU priority (the default); else normal."""
     data_dir = Path(data_dir)
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -66,12 +76,9 @@ def start_engine(data_dir: Path, extra_args: Sequence[str] = (), low_priority: b
         else:
             kwargs["start_new_session"] = True  # Ctrl+C on the GUI's terminal must not kill the engine
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                **kwargs)  # type: ignore[call-overload]
-    if low_priority:
-        try:
-            psutil.Process(proc.pid).nice(psutil.BELOW_NORMAL_PRIORITY_CLASS if os.name == "nt" else 15)
-        except (psutil.Error, OSError):
-            pass  # priority is a courtesy; the engine also runs without it
+                                env=engine_env(low_priority), **kwargs)  # type: ignore[call-overload]
+    if low_priority:  # at once, before the child starts threads; `sapo run` lowers itself too
+        machine_load.apply_priority("idle", pid=proc.pid)
     return proc
 
 

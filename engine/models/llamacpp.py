@@ -186,6 +186,12 @@ class LlamaCppRuntime:
         self._apply_adapter()
         return ctx
 
+    def set_threads(self, threads: int) -> None:
+        """Threads for the next decodes; a live context takes them at once (no reload)."""
+        self.threads = max(1, threads)
+        if self.ctx is not None:
+            self.lib.llama_set_n_threads(self.ctx, self.threads, self.threads)
+
     def pick_layout(self, rows: int) -> str:
         """The KV layout for a call of `rows` rows: the configured one, or under "auto" the one not yet
         measured at this shape, else the faster measured one."""
@@ -364,13 +370,23 @@ class LlamaCppGenerator:
         self.sync_seconds = 0.0  # total time spent syncing (refresh/reload or adapter writes)
         self.syncs = 0
         self._runtime: LlamaCppRuntime | None = None
+        self._paced_threads = 0  # set_threads' choice; 0 = none yet
 
     def _threads(self) -> int:
+        if self._paced_threads:
+            return self._paced_threads
         if self.cfg.threads:
             return self.cfg.threads
         import torch
 
         return torch.get_num_threads()
+
+    def set_threads(self, threads: int) -> None:
+        """Threads from now on, over `cfg.threads`: the node re-chooses them between rounds from the
+        cores that are free (engine.machine_load.ThreadPacer)."""
+        self._paced_threads = max(1, threads)
+        if self._runtime is not None:
+            self._runtime.set_threads(self._paced_threads)
 
     def runtime(self) -> LlamaCppRuntime:
         if self._runtime is None:

@@ -5,8 +5,13 @@ Shared by the node and the model backends (which resolve catalog ids to download
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from engine.events import LogRecord
+from engine.hardware import cpu_info
+from engine.machine_load import ThreadPacer, lent_cores
 
 
 def pick_device(requested: str | None, use_gpu: bool) -> str:
@@ -24,13 +29,47 @@ def pick_device(requested: str | None, use_gpu: bool) -> str:
 
 
 def set_train_threads(device: str, cores: int) -> None:
-    """Training threads: the contributor's cap, else all physical cores but one (the desktop stays usable)."""
+    """Threads while the model loads: the cores the contributor lends (0 = all physical cores but one).
+    The node re-chooses them before every round from what is free then (`apply_threads`)."""
+    if device == "cpu":
+        apply_threads(device, lent_cores(cores, cpu_info().physical_cores))
+
+
+def apply_threads(device: str, threads: int, generator: Any = None) -> None:
+    """Run the next round on `threads` threads: torch's intra-op pool and, where the generator has its
+    own (llama.cpp), the generator's. Only CPUs: a GPU round's speed does not follow the CPU threads."""
+    if device != "cpu":
+        return
     import torch
 
-    from engine.hardware import cpu_info
+    threads = max(1, int(threads))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    set_generator_threads = getattr(generator, "set_threads", None)
+    if set_generator_threads is not None:
+        set_generator_threads(threads)
 
-    if device == "cpu":
-        torch.set_num_threads(cores or max(1, cpu_info().physical_cores - 1))
+
+def pace_threads(pacer: ThreadPacer, device: str, setting: int, generator: Any = None) -> dict[str, Any]:
+    """This round's threads on a CPU: the cores lent (`setting`, 0 = automatic), less those other work
+    kept busy since the last round -> the choice (empty off CPUs)."""
+    if device != "cpu":
+        return {}
+    choice = pacer.choose(setting)
+    apply_threads(device, choice.threads, generator)
+    return choice.to_dict()
+
+
+def release_model(trainer: Any, publish: Callable[[Any], None] | None = None) -> None:
+    """Before a long pause drops the trainer: checkpoint it and close its generator (llama.cpp holds its
+    own copy of the weights outside Python's reach). The next round loads the model again."""
+    trainer.save_checkpoint()
+    close = getattr(trainer.generator, "close", None)
+    if close is not None:
+        close()
+    if publish is not None:
+        publish(LogRecord(level="info", message="a long pause: the model is released to give its memory back; "
+                          "it loads again when training resumes"))
 
 
 def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:

@@ -28,6 +28,7 @@ BENCHES: dict[str, str] = {
     "swarm-scale": "lab.bench.swarm_scale",
     "poisoning": "lab.bench.poisoning",
     "swarm-learning": "lab.bench.swarm_learning",
+    "busy": "lab.bench.busy",
 }
 
 
