@@ -18,9 +18,9 @@ from engine.checkpoint import latest_checkpoint, load_weights, save_checkpoint
 from engine.cli import main as sapo
 from engine.export import ExportError, export_model
 from engine.models import catalog
-from engine.models.backends import DEFAULT_LORA_TARGETS, convert_cached, load_gguf_policy
+from engine.models.backends import convert_cached, load_gguf_policy
 from engine.models.llamacpp import load_cpu_backends
-from engine.models.policy import LoraSpec, load_policy
+from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy
 from engine.node import Node, NodeConfig
 from engine.paths import SEED_MODEL_DIR
 from engine.sapo.config import preset

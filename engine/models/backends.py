@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # torch loads only when a backend is built: NodeConfig valida
 
 BACKENDS = ("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8")
 MODEL_ALIASES = {"smollm2-135m": "smollm2-135m-instruct-q4_1"}  # the wheel's GGUF: the offline real model
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 class Generator(Protocol):
@@ -186,7 +185,7 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
     """Load `model` (seed, catalog id or alias, or a local directory) for `backend` on `device`."""
     from engine.models import catalog
     from engine.models.llamacpp import LlamaCppConfig
-    from engine.models.policy import LoraSpec, load_policy
+    from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

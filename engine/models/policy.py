@@ -16,6 +16,10 @@ QUANTIZATIONS = ("nf4", "int8")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+# Every attention and MLP projection of a Llama/Qwen-style block: what real models adapt here.
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 @dataclass(frozen=True)
 class LoraSpec:
     """A LoRA adapter to train instead of the full weights."""

@@ -77,8 +77,7 @@ def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
     models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
     class, e.g. engine.control.model_switch.hub_progress_class)."""
     from engine.models import catalog
-    from engine.models.backends import DEFAULT_LORA_TARGETS
-    from engine.models.policy import LoraSpec
+    from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec
     from engine.paths import SEED_MODEL_DIR
 
     if model == "seed":
