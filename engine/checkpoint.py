@@ -24,11 +24,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from engine.errors import SapoError
+
 FORMAT = 1
 _NAME = re.compile(r"^ckpt-(\d{8})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(SapoError, RuntimeError):
     """A checkpoint that can't be read or doesn't fit the model it's loaded into."""
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, cast, get_args
 
+from engine.errors import SapoError
+
 NODE_STATES = ("stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving")
 # What became of a peer's group: in the pool, trained on, gone (the pool dropped it), or passed over by
 # this round's trainer while it stays in the pool ("skipped", with one of TRAINER_VERDICTS as reason).
@@ -24,7 +26,7 @@ TrainerVerdict = Literal["repeated_text", "cut_no_signal", "zero_advantage", "no
 TRAINER_VERDICTS: tuple[str, ...] = get_args(TrainerVerdict)
 
 
-class EventError(ValueError):
+class EventError(SapoError, ValueError):
     """An event object that does not match its schema."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from engine.checkpoint import CheckpointError, latest_checkpoint, load_weights, read_state
 from engine.control.model_switch import ROOT_MODEL_FILE, checkpoint_dir_for
+from engine.errors import SapoError
 from engine.models import catalog
 from engine.models.backends import convert_cached, dequantized_cached, load_gguf_policy, resolve_model_id
 from engine.models.gguf_convert import GgufError, base_param_name, derive_plan, lora_pairs, refresh_weights
@@ -41,7 +42,7 @@ HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]  # what resolve_m
 Progress = Callable[[str], None]
 
 
-class ExportError(RuntimeError):
+class ExportError(SapoError, RuntimeError):
     """What cannot be exported and what to do about it, in words (the CLI prints it, no traceback)."""
 
 

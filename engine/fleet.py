@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine.control.token import TokenError, validate_token
+from engine.errors import SapoError
 
 MAX_ENGINES = 32
 TRAINING_STATES = ("training", "in_swarm", "solo", "joining")  # states in which rounds are expected
@@ -32,7 +33,7 @@ SILENT_AFTER_S = 60.0  # no answer for this long after answering: "went silent"
 STALL_AFTER_S = 600.0  # training but no new round for this long: "stopped training"
 
 
-class FleetError(ValueError):
+class FleetError(SapoError, ValueError):
     """A fleet entry or file that does not validate."""
 
 

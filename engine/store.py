@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Self, TextIO
 
+from engine.errors import SapoError
 from engine.events import ROLLOUT_STATUSES
 
 SCHEMA_VERSION = 6
@@ -85,7 +86,7 @@ CREATE TABLE IF NOT EXISTS peers (
 """
 
 
-class StoreError(RuntimeError):
+class StoreError(SapoError, RuntimeError):
     """The database can't be used by this version (newer schema, corrupt file)."""
 
 

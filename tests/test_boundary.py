@@ -99,3 +99,23 @@ def test_the_lab_uses_only_the_products_public_names() -> None:
     """A bench that reaches into private names measures a copy of the product, not the product."""
     used = {str(p.relative_to(ROOT)): _private_names_used(p) for p in sorted((ROOT / "lab").rglob("*.py"))}
     assert {name: names for name, names in used.items() if names} == {}
+
+
+def test_every_error_the_engine_raises_on_purpose_shares_one_root() -> None:
+    """One exception tree (engine/errors.py): a caller tells 'refused, with a message' from a bug."""
+    code = (
+        "import importlib, inspect, pkgutil, engine\n"
+        "from engine.errors import SapoError\n"
+        "bad = []\n"
+        "for m in pkgutil.walk_packages(engine.__path__, 'engine.'):\n"
+        "    if m.name.endswith('__main__'):\n"
+        "        continue\n"
+        "    module = importlib.import_module(m.name)\n"
+        "    for name, cls in inspect.getmembers(module, inspect.isclass):\n"
+        "        if cls.__module__ == m.name and issubclass(cls, BaseException) and not issubclass(cls, SapoError):\n"
+        "            bad.append(m.name + '.' + name)\n"
+        "print(','.join(sorted(bad)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"errors outside SapoError: {out.stdout.strip()}"

@@ -18,18 +18,19 @@ from websockets.exceptions import ConnectionClosed, WebSocketException
 
 from engine.control.protocol import (
     MAX_REPLY_BYTES,
+    ControlProtocolError,
     ErrorCode,
-    ProtocolError,
     Reply,
     encode_request,
     parse_server_message,
 )
+from engine.errors import SapoError
 from engine.events import Event, EventError
 
 log = logging.getLogger("sapo.control.client")
 
 
-class ControlError(RuntimeError):
+class ControlError(SapoError, RuntimeError):
     """The engine answered with an error, or the connection failed."""
 
     def __init__(self, code: int, message: str) -> None:
@@ -127,7 +128,7 @@ class ControlClient:
             async for raw in self._ws:
                 try:
                     message = parse_server_message(raw)
-                except (ProtocolError, EventError) as exc:
+                except (ControlProtocolError, EventError) as exc:
                     self.bad_frames += 1
                     log.warning("dropped a malformed control frame: %s", exc)
                     continue

@@ -20,11 +20,12 @@ import psutil
 
 from engine import machine_load
 from engine.control.token import ControlInfo, read_control_info
+from engine.errors import SapoError
 
 ENGINE_LOG = "engine.log"
 
 
-class EngineStartError(RuntimeError):
+class EngineStartError(SapoError, RuntimeError):
     """The engine process exited or never became reachable; the message holds its last log lines."""
 
 

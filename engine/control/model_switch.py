@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.control.api import ModelProgress
+from engine.errors import SapoError
 from engine.events import Event
 
 Emit = Callable[[Event], None]
@@ -21,7 +22,7 @@ Resolve = Callable[[str, Any], tuple[str, Path, Any]]
 PROGRESS_INTERVAL_S = 0.5  # at most two download events a second: a GUI needs no more
 
 
-class ModelSwitchError(ValueError):
+class ModelSwitchError(SapoError, ValueError):
     """The model cannot be used; the message says why and what to do (the control API's REJECTED)."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from engine.errors import SapoError
 from engine.events import Event, EventError, event_from_dict
 
 PROTOCOL_VERSION = 1
@@ -47,7 +48,7 @@ class ErrorCode(IntEnum):
     REJECTED = -32003  # the node refused the request (ValueError), e.g. an invalid setting
 
 
-class ProtocolError(Exception):
+class ControlProtocolError(SapoError):
     """A request that cannot be served; becomes an error reply (and, before auth, a close)."""
 
     def __init__(self, code: ErrorCode, message: str, request_id: int | str | None = None) -> None:
@@ -144,51 +145,51 @@ def _reject_constant(name: str) -> Any:
 
 def _loads(data: str | bytes, max_bytes: int) -> Any:
     if len(data) > max_bytes:
-        raise ProtocolError(ErrorCode.PARSE_ERROR, f"message larger than {max_bytes} bytes")
+        raise ControlProtocolError(ErrorCode.PARSE_ERROR, f"message larger than {max_bytes} bytes")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
         return json.loads(text, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}") from None
+        raise ControlProtocolError(ErrorCode.PARSE_ERROR, f"not valid JSON: {exc}") from None
 
 
 def parse_request(data: str | bytes) -> Request:
-    """Validate one client frame; raises ProtocolError with the request id when it is known."""
+    """Validate one client frame; raises ControlProtocolError with the request id when it is known."""
     obj = _loads(data, MAX_REQUEST_BYTES)
     if not isinstance(obj, dict):
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "a request must be a JSON object")
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "a request must be a JSON object")
     request_id = obj.get("id")
     if request_id is not None and not (
         (isinstance(request_id, int) and not isinstance(request_id, bool) and abs(request_id) < 2**53)
         or (isinstance(request_id, str) and len(request_id) <= MAX_ID_LEN)
     ):
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "id must be an integer or a short string")
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "id must be an integer or a short string")
     unknown = set(obj) - {"id", "method", "params"}
     if unknown:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, f"unknown fields {sorted(unknown)}", request_id)
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, f"unknown fields {sorted(unknown)}", request_id)
     method = obj.get("method")
     if not isinstance(method, str):
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "method must be a string", request_id)
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "method must be a string", request_id)
     if method not in METHODS:
-        raise ProtocolError(ErrorCode.METHOD_NOT_FOUND, f"unknown method {method[:64]!r}", request_id)
+        raise ControlProtocolError(ErrorCode.METHOD_NOT_FOUND, f"unknown method {method[:64]!r}", request_id)
     params = obj.get("params", {})
     if not isinstance(params, dict):
-        raise ProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object", request_id)
+        raise ControlProtocolError(ErrorCode.INVALID_PARAMS, "params must be an object", request_id)
     spec = METHODS[method]
     extra = set(params) - set(spec)
     if extra:
-        raise ProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: unknown params {sorted(extra)}", request_id)
+        raise ControlProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: unknown params {sorted(extra)}", request_id)
     clean: dict[str, Any] = {}
     for name, (check, default) in spec.items():
         if name not in params:
             if default is _REQUIRED:
-                raise ProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: {name} is required", request_id)
+                raise ControlProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: {name} is required", request_id)
             clean[name] = default
             continue
         try:
             clean[name] = check(params[name])
         except ValueError as exc:
-            raise ProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: {name} {exc}", request_id) from None
+            raise ControlProtocolError(ErrorCode.INVALID_PARAMS, f"{method}: {name} {exc}", request_id) from None
     return Request(request_id, method, clean)
 
 
@@ -236,10 +237,10 @@ class Reply:
 
 
 def parse_server_message(data: str | bytes, max_bytes: int = MAX_REPLY_BYTES) -> Reply | Event:
-    """A reply or a pushed event; raises ProtocolError (or EventError, a ValueError) when malformed."""
+    """A reply or a pushed event; raises ControlProtocolError (or EventError, a ValueError) when malformed."""
     obj = _loads(data, max_bytes)
     if not isinstance(obj, dict):
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "server message must be an object")
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "server message must be an object")
     if "event" in obj:
         try:
             event = event_from_dict(obj["event"])
@@ -251,15 +252,15 @@ def parse_server_message(data: str | bytes, max_bytes: int = MAX_REPLY_BYTES) ->
         return event
     request_id = obj.get("id")
     if request_id is not None and not isinstance(request_id, (int, str)):
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "reply id must be an integer or a string")
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "reply id must be an integer or a string")
     if "error" in obj:
         err = obj["error"]
         if not isinstance(err, dict) or not isinstance(err.get("code"), int) \
                 or not isinstance(err.get("message"), str):
-            raise ProtocolError(ErrorCode.INVALID_REQUEST, "malformed error reply")
+            raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "malformed error reply")
         return Reply(request_id, None, err["code"], err["message"][:1000])
     if "result" not in obj:
-        raise ProtocolError(ErrorCode.INVALID_REQUEST, "reply has neither result nor error")
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "reply has neither result nor error")
     return Reply(request_id, obj["result"])
 
 

@@ -22,8 +22,8 @@ from engine.control.api import NodeControl
 from engine.control.protocol import (
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
+    ControlProtocolError,
     ErrorCode,
-    ProtocolError,
     Request,
     encode_error,
     encode_event,
@@ -144,10 +144,10 @@ class ControlServer:
             request = parse_request(raw)
             request_id = request.id
             if request.method != "auth":
-                raise ProtocolError(ErrorCode.UNAUTHORIZED, "the first request must be auth", request_id)
+                raise ControlProtocolError(ErrorCode.UNAUTHORIZED, "the first request must be auth", request_id)
             if not token_matches(request.params["token"], self._token):
-                raise ProtocolError(ErrorCode.UNAUTHORIZED, "wrong control token", request_id)
-        except ProtocolError as exc:
+                raise ControlProtocolError(ErrorCode.UNAUTHORIZED, "wrong control token", request_id)
+        except ControlProtocolError as exc:
             self.refused += 1
             log.warning("control connection refused: %s", exc.message)
             await ws.send(encode_error(exc.request_id, ErrorCode.UNAUTHORIZED, f"not authenticated: {exc.message}"))
@@ -163,7 +163,7 @@ class ControlServer:
             async for raw in ws:
                 try:
                     request = parse_request(raw)
-                except ProtocolError as exc:
+                except ControlProtocolError as exc:
                     await ws.send(encode_error(exc.request_id, exc.code, exc.message))
                     continue
                 if len(session.tasks) >= self._max_in_flight:
@@ -182,7 +182,7 @@ class ControlServer:
         try:
             result = await self._dispatch(session, request)
             text = encode_result(request.id, result)
-        except ProtocolError as exc:
+        except ControlProtocolError as exc:
             text = encode_error(request.id, exc.code, exc.message)
         except ValueError as exc:  # the node refused (e.g. an invalid setting) or a non-JSON result
             text = encode_error(request.id, ErrorCode.REJECTED, str(exc))
@@ -230,14 +230,14 @@ class ControlServer:
         if method == "select_model":
             select = getattr(node, "select_model", None)
             if select is None:
-                raise ProtocolError(ErrorCode.NOT_SUPPORTED, "this engine cannot switch models yet")
+                raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine cannot switch models yet")
             await select(params["model_id"])
             return {"ok": True}
         if method == "shutdown":
             if self._on_shutdown is None:
-                raise ProtocolError(ErrorCode.NOT_SUPPORTED, "this engine was not started with shutdown support")
+                raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine was not started with shutdown support")
             return {"ok": True}
-        raise ProtocolError(ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
+        raise ControlProtocolError(ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
 
     def _subscribe(self, session: _Session, replay: bool) -> None:
         session.stop_pump()

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.errors import SapoError
+
 TOKEN_FILE = "control.token"
 INFO_FILE = "control.json"
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]{16,256}$")
@@ -22,7 +24,7 @@ _URL_RE = re.compile(r"^wss?://[A-Za-z0-9.\-\[\]:]{1,255}(/[\x21-\x7e]{0,255})?$
 MAX_INFO_BYTES = 4096
 
 
-class TokenError(RuntimeError):
+class TokenError(SapoError, RuntimeError):
     """No usable token: the engine is not running here, or the file was tampered with."""
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import SapoError
+
 CONVERTER_TIMEOUT_S = 1800  # a 0.5B model converts in about a minute; this only catches a hang
 SDIST_ENV = "SAPO_LLAMACPP_SDIST"  # a local llama-cpp-python sdist (.tar.gz) to take the converter from
 _VENDOR = "vendor/llama.cpp/"
@@ -49,6 +51,7 @@ root, fallback = sys.argv[1], sys.argv[2]
 sys.path[0:0] = [root, root + '/gguf-py']
 import convert_hf_to_gguf as vendor
 from conversion import base
+
 if fallback:
     original = base.TextModel.get_vocab_base_pre
     def get_vocab_base_pre(self, tokenizer):
@@ -62,7 +65,7 @@ vendor.main()
 """
 
 
-class GgufError(RuntimeError):
+class GgufError(SapoError, RuntimeError):
     """Conversion or plan failure, with what to try in the message."""
 
 

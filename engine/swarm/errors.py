@@ -13,6 +13,8 @@ Config validation raises plain `ValueError` (the project-wide convention for con
 
 from __future__ import annotations
 
+from engine.errors import SapoError
+
 # Every refusal reason the protocol counts. Stable strings: they appear in stats, /status and logs.
 REASONS: tuple[str, ...] = (
     "frame_too_large",  # frame bytes over limits.max_frame_bytes
@@ -34,7 +36,7 @@ REASONS: tuple[str, ...] = (
 )
 
 
-class SwarmError(Exception):
+class SwarmError(SapoError):
     """Base of every error the swarm raises on purpose."""
 
 

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.errors import SapoError
+
 # Limits on what a reference from a peer may carry (validated in `from_dict`).
 MAX_SPECIALTY_LEN = 64
 MAX_CONFIG_KEYS = 32
@@ -21,7 +23,7 @@ MAX_INDEX = 2**31 - 1
 MAX_SEED = 2**63 - 1
 
 
-class TaskRefError(ValueError):
+class TaskRefError(SapoError, ValueError):
     """A task reference that is malformed or out of bounds."""
 
 

@@ -9,8 +9,8 @@ import pytest
 from engine.control.api import ModelProgress
 from engine.control.protocol import (
     MAX_REQUEST_BYTES,
+    ControlProtocolError,
     ErrorCode,
-    ProtocolError,
     Reply,
     encode_error,
     encode_event,
@@ -24,7 +24,7 @@ from engine.events import EventError, RolloutSeen, RoundCompleted
 
 
 def _code(data: str | bytes) -> ErrorCode:
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(ControlProtocolError) as info:
         parse_request(data)
     return info.value.code
 
@@ -67,7 +67,7 @@ def test_malformed_requests_are_refused_with_the_right_code(data: str, code: Err
 
 
 def test_the_request_id_survives_into_the_error_when_it_is_known() -> None:
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(ControlProtocolError) as info:
         parse_request('{"id": 42, "method": "nope"}')
     assert info.value.request_id == 42
 
@@ -132,5 +132,5 @@ def test_malformed_events_from_a_server_are_refused(data: str) -> None:
 @pytest.mark.parametrize("data", ['{"id": 1}', '{"id": 1, "error": "x"}', '{"id": [1], "result": 1}', "[]",
                                   '{"id": 1, "error": {"code": "x", "message": "m"}}'])
 def test_malformed_replies_are_refused(data: str) -> None:
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ControlProtocolError):
         parse_server_message(data)
