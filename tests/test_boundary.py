@@ -15,6 +15,13 @@ import engine
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _fresh_python(code: str) -> str:
+    """Run `code` in a new interpreter (nothing imported yet) and return what it printed."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_importing_all_of_engine_loads_no_qt() -> None:
     modules = [m.name for m in pkgutil.walk_packages(engine.__path__, "engine.")
                if not m.name.endswith("__main__")]
@@ -26,9 +33,8 @@ def test_importing_all_of_engine_loads_no_qt() -> None:
         "('PySide6', 'PyQt5', 'PyQt6', 'PySide2', 'shiboken6', 'pyqtgraph', 'qasync'))\n"
         "print(','.join(qt))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "", f"engine imported Qt modules: {out.stdout.strip()}"
+    qt = _fresh_python(code)
+    assert qt == "", f"engine imported Qt modules: {qt}"
     assert len(modules) >= 5
 
 
@@ -116,6 +122,5 @@ def test_every_error_the_engine_raises_on_purpose_shares_one_root() -> None:
         "            bad.append(m.name + '.' + name)\n"
         "print(','.join(sorted(bad)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "", f"errors outside SapoError: {out.stdout.strip()}"
+    bad = _fresh_python(code)
+    assert bad == "", f"errors outside SapoError: {bad}"
