@@ -15,8 +15,8 @@ def test_ruff_is_clean() -> None:
     assert out.returncode == 0, out.stdout[-4000:]
 
 
-def test_swarm_type_checks_strictly() -> None:
+def test_swarm_and_sapo_type_check_strictly() -> None:
     out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports",
-                          "--follow-imports=silent", "engine/swarm"], cwd=ROOT, capture_output=True, text=True,
+                          "--follow-imports=silent", "engine/swarm", "engine/sapo"], cwd=ROOT, capture_output=True, text=True,
                          timeout=600, check=False)
     assert out.returncode == 0, out.stdout[-4000:]

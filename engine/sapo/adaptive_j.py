@@ -20,7 +20,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class JBandit:
             return
         plays, gains, baseline, pending = (state.get(k) for k in ("plays", "gains", "baseline", "pending"))
 
-        def numbers(value: Any) -> bool:
+        def numbers(value: Any) -> TypeGuard[list[float]]:
             return isinstance(value, list) and len(value) == len(self.arms) and all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in value)
 

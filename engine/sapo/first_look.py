@@ -65,7 +65,7 @@ class FirstLook:
     def __init__(self, guard: RepeatedTextGuard, reputation: Reputation, tokenizer: Any, eos_id: int,
                  max_tokens: int, reward_fn: Callable[[Any, str], float]) -> None:
         self.guard, self.reputation = guard, reputation
-        self._fit = lambda g: receiver_view(g, tokenizer, eos_id, max_tokens)
+        self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
         self._reward_fn = reward_fn
         self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
 
@@ -112,7 +112,7 @@ class FirstLook:
     def _look(self, v: VerifiedGroup) -> Look:
         group = v.group
         screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
-        view, ids, cut = self._fit(screened)
+        view, ids, cut = receiver_view(screened, self._tokenizer, self._eos_id, self._max_tokens)
         if cut:  # scored on the text it is trained on: the cut text is scored again
             view = score_group(view, v.question, self._reward_fn)
         return Look(v, view, ids, removed, cut)

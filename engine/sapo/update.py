@@ -207,7 +207,7 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
                 if it == 0:
                     kl_sum += float((kl.detach() * mask).sum())
             loss = masked_loss_sum(token_loss, mask) / denom
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves it untyped
             loss_total += float(loss.detach())
             binds_total += float((binds.float() * mask).sum())
             if ent is not None:
