@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from engine.events import PeerUpdated
 from engine.swarm.peers import FORGET_AFTER_S
@@ -162,6 +163,19 @@ def parse_swarm(value: Any) -> SwarmRefusals | None:
                          groups_dropped=_reasons(value.get("groups_dropped")), board=parse_board(value.get("board")),
                          reputation=_reputation(value.get("reputation")), credit=parse_credit(value.get("receipts")),
                          **ints)
+
+
+def swarm_where(swarm: SwarmRefusals | None, state: str) -> str:
+    """Which swarm this node is in, for the header: alone, a LAN swarm, or a bootstrap's board."""
+    if state == "stopped":
+        return ""
+    if swarm is None:
+        return "training alone"
+    board = swarm.board
+    if board is not None and board.connected:
+        host = urlsplit(board.url).hostname or board.url
+        return f"swarm of {host} · {board.nodes:,} node{'s' if board.nodes != 1 else ''} on its board"
+    return f"LAN swarm · {swarm.links} link{'s' if swarm.links != 1 else ''}"
 
 
 def refusals_text(swarm: SwarmRefusals | None) -> str:

@@ -30,6 +30,8 @@ class Header(QFrame):
         title.setObjectName("title")
         self.subtitle = QLabel("")
         self.subtitle.setObjectName("subtitle")
+        self.subtitle.setWordWrap(True)  # name, device, backend and swarm: wrap rather than widen the window
+        self.subtitle.setMaximumWidth(420)
         titles.addWidget(title)
         titles.addWidget(self.subtitle)
         row.addLayout(titles)
@@ -93,8 +95,9 @@ class Header(QFrame):
         self.join_button.setCursor(Qt.CursorShape.PointingHandCursor)
         row.addWidget(self.join_button)
 
-    def show_node(self, node: NodeModel, busy: bool, elsewhere: str = "") -> None:
-        """Draw `node`; `elsewhere` names the fleet engine shown when it is not this machine's."""
+    def show_node(self, node: NodeModel, busy: bool, elsewhere: str = "", swarm: str = "") -> None:
+        """Draw `node`; `elsewhere` names the fleet engine shown when it is not this machine's, `swarm`
+        which swarm it is in."""
         state = node.state if node.connected else "disconnected"
         self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
         self.state_label.setText(node.label if node.connected else "Engine not connected")
@@ -104,7 +107,8 @@ class Header(QFrame):
         note = node.crash_note()
         self.crash_note.setText(note)
         self.crash_note.setVisible(bool(note))
-        parts = ([f"Showing {elsewhere}"] if elsewhere else []) + [node.peer_name, node.device.upper(), node.backend]
+        parts = ([f"Showing {elsewhere}"] if elsewhere else []) + [node.peer_name, node.device.upper(), node.backend,
+                                                                   swarm]
         self.subtitle.setText(" · ".join(p for p in parts if p))
         self.home_button.setVisible(bool(elsewhere))
         self.stats["peers"].setText(str(node.peers))

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.bridge import EngineBridge, EngineSession, LinkChange
 from app.models import AppModel
+from app.models.peers import swarm_where
 from app.theme import app_icon
 from app.tray import TrayIcon
 from app.views.dashboard import DashboardView
@@ -272,7 +273,8 @@ class MainWindow(EngineActions, QMainWindow):
 
     def _update_header(self) -> None:
         node = self.model.node
-        self.header.show_node(node, self.session.busy, "" if self.session.home else self.session.name)
+        self.header.show_node(node, self.session.busy, "" if self.session.home else self.session.name,
+                              swarm_where(self.model.peers.swarm, node.state))
         self.machine.set_current_model(node.model, node.connected and node.state in ("stopped", "paused"))
         self.machine.giving.show_contribution(node.contribution)
 

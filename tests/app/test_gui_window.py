@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 from conftest import EngineThread
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.bridge import EngineBridge
@@ -314,13 +313,15 @@ def test_closing_without_a_tray_says_the_engine_goes_on_and_can_stop_it(qtbot: Q
     qtbot.waitUntil(lambda: window.model.node.state in ("solo", "in_swarm"), timeout=WAIT_MS)
     asked: list[str] = []
 
-    def answer_the_question() -> None:
-        box = QApplication.activeModalWidget()
-        assert isinstance(box, QMessageBox)
-        asked.append(box.text())
-        (button,) = [b for b in box.buttons() if b.text().replace("&", "") == answer]
-        button.click()
-    QTimer.singleShot(200, answer_the_question)
+    def answer_the_question() -> None:  # never raises: a modal box left open would hang the test
+        boxes = [b for b in window.findChildren(QMessageBox) if b.isVisible()]
+        if not boxes:
+            QTimer.singleShot(100, answer_the_question)  # not shown yet
+            return
+        asked.append(boxes[0].text())
+        buttons = [b for b in boxes[0].buttons() if b.text().replace("&", "") == answer]
+        (buttons or boxes[0].buttons())[0].click()
+    QTimer.singleShot(100, answer_the_question)
     window.close()
     assert asked and "goes on training" in asked[0] and "no tray icon" in asked[0]
     if answer == "Cancel":

@@ -73,3 +73,18 @@ def test_the_header_says_what_the_engine_is_doing_and_for_how_long(qtbot: QtBot)
     node.apply_state(StateChanged(state="paused", detail="on battery"))
     header.show_node(node, busy=False)
     assert node.activity() == "" and header.state_detail.text() == "on battery"  # why it waits, not old work
+
+
+def test_the_header_says_which_swarm_this_is(qtbot: QtBot) -> None:
+    from app.models.peers import parse_swarm, swarm_where
+
+    board = {"links": 0, "board": {"connected": True, "urls": ["nats://boot.example.org:7701"], "nodes_on_board": 42}}
+    assert swarm_where(parse_swarm(board), "in_swarm") == "swarm of boot.example.org · 42 nodes on its board"
+    assert swarm_where(parse_swarm({"links": 1, "known_peers": 1}), "in_swarm") == "LAN swarm · 1 link"
+    assert swarm_where(parse_swarm({}), "solo") == "training alone"
+    assert swarm_where(parse_swarm(board), "stopped") == ""
+    header = _shown(qtbot, "seed")
+    node = NodeModel()
+    node.connected, node.peer_name, node.device = True, "solar-toucan", "cpu"
+    header.show_node(node, busy=False, swarm=swarm_where(parse_swarm(board), "in_swarm"))
+    assert header.subtitle.text() == "solar-toucan · CPU · swarm of boot.example.org · 42 nodes on its board"
