@@ -107,7 +107,7 @@ def build_config(args: argparse.Namespace) -> Any:
         except json.JSONDecodeError:
             changes[key] = raw
     cpu_real = preset("cpu-real")
-    real = SapoConfig.from_dict(cpu_real.to_dict() | _swarm_split(cpu_real, args) | changes) if auto else None
+    real = SapoConfig.from_dict(cpu_real.to_dict() | _real_model_sharing(cpu_real, args) | changes) if auto else None
     changes = split | changes
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
@@ -166,6 +166,18 @@ def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
         return {"num_external": sapo.num_local}
     half = sapo.num_local // 2
     return {"num_local": sapo.num_local - half, "num_external": half}
+
+
+def _real_model_sharing(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What a real model takes from a swarm when the command line does not say: one of its own I
+    questions may be a peer's frontier question, answered here on-policy; no peers' answers. The
+    evidence (bench/swarm_learning.md, SmolLM2 swarms of 3 x 30 rounds, paired with the same nodes
+    alone): question sharing against solo on held-out pass@1 -0.005, +0.063 (homogeneous), +0.025
+    (heterogeneous), never below solo beyond the judge's noise (~0.02), while text sharing on SmolLM2
+    has only ever measured below solo (bench/real_learning.md: -0.028). `--external J` asks for text."""
+    if args.solo or args.external is not None or sapo.num_external or sapo.num_suggested:
+        return {}
+    return {"num_suggested": 1}
 
 
 def run(args: argparse.Namespace) -> int:
