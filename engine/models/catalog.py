@@ -183,7 +183,7 @@ def get(model_id: str) -> ModelSpec:
 def short_name(model_id: str) -> str:
     """What a contributor calls the model: the catalog's name without the file format, else the folder."""
     if model_id == "seed":
-        return "seed model"
+        return "seed"  # the header explains it in a sentence (about)
     try:
         return get(model_id).display_name.split(" GGUF")[0]
     except KeyError:
