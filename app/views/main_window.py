@@ -17,7 +17,6 @@ from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import (
     QApplication,
     QMainWindow,
-    QMessageBox,
     QSystemTrayIcon,
     QTabWidget,
     QVBoxLayout,
@@ -301,35 +300,8 @@ class MainWindow(EngineActions, QMainWindow):
                                       QSystemTrayIcon.MessageIcon.Information, 4000)
             event.ignore()
             return
-        if not self._quitting and self._would_train_unseen() and not self._ask_keep_training():
-            event.ignore()  # cancelled: the window stays
-            return
         self.shutdown()
         event.accept()
-
-    def _would_train_unseen(self) -> bool:
-        """No tray, and the engine would go on training (and holding its memory) after the window goes."""
-        home = self.home
-        return (self.tray is None and home.model.node.connected and home.model.node.state != "stopped"
-                and bool(home.model.settings.get("keep_running_on_close", True)))
-
-    def _ask_keep_training(self) -> bool:
-        """Say that the engine goes on out of sight, and let the contributor stop it; False: cancelled."""
-        memory = self.home.model.node.contribution.get("memory_bytes", 0.0)
-        held = f" and holds {memory / 2**30:.1f} GiB of memory" if memory else ""
-        box = QMessageBox(QMessageBox.Icon.Question, "SAPO Swarm keeps training",
-                          f"After this window closes SAPO Swarm goes on training{held}. This desktop shows no "
-                          "tray icon, so nothing will show that it runs: open SAPO Swarm again to see it or "
-                          "stop it.", parent=self)
-        keep = box.addButton("Keep training", QMessageBox.ButtonRole.AcceptRole)
-        stop = box.addButton("Stop training and close", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(keep)
-        box.exec()
-        if box.clickedButton() is stop:
-            self.home.model.settings["keep_running_on_close"] = False  # this close only: shutdown stops it
-            return True
-        return box.clickedButton() is keep
 
     def quit_app(self) -> None:
         self._quitting = True

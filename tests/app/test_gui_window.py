@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import EngineThread
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.bridge import EngineBridge
@@ -301,32 +301,3 @@ def test_the_header_shows_the_engines_work_as_it_happens(qtbot: QtBot, window: M
         return engine.status()["round"] >= 3 and bool(seen)
     qtbot.waitUntil(watch, timeout=WAIT_MS)
     assert seen & {"Loading", "writing", "learning"}
-
-
-@pytest.mark.parametrize("answer", ["Keep training", "Stop training and close", "Cancel"])
-def test_closing_without_a_tray_says_the_engine_goes_on_and_can_stop_it(qtbot: QtBot, engine: EngineThread,
-                                                                        answer: str) -> None:
-    from PySide6.QtWidgets import QMessageBox
-
-    window = _connected_window(qtbot, engine)  # use_tray=False: a desktop with no tray
-    qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.model.node.state in ("solo", "in_swarm"), timeout=WAIT_MS)
-    asked: list[str] = []
-
-    def answer_the_question() -> None:  # never raises: a modal box left open would hang the test
-        boxes = [b for b in window.findChildren(QMessageBox) if b.isVisible()]
-        if not boxes:
-            QTimer.singleShot(100, answer_the_question)  # not shown yet
-            return
-        asked.append(boxes[0].text())
-        buttons = [b for b in boxes[0].buttons() if b.text().replace("&", "") == answer]
-        (buttons or boxes[0].buttons())[0].click()
-    QTimer.singleShot(100, answer_the_question)
-    window.close()
-    assert asked and "goes on training" in asked[0] and "no tray icon" in asked[0]
-    if answer == "Cancel":
-        assert window.isVisible() and not engine.shutdown_requested.is_set()
-        window.shutdown()
-        return
-    assert not window.isVisible()
-    assert engine.shutdown_requested.wait(5) == (answer == "Stop training and close")
