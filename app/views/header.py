@@ -10,7 +10,7 @@ from app.models.node import NodeModel
 from app.theme import STATE_COLORS, app_icon, dot
 from app.views.machine import short_model_name
 
-MAX_STAT_WIDTH = 180  # px: the model's name in the header, elided in the middle beyond it
+MAX_STAT_WIDTH = 220  # px: the model's name in the header, elided in the middle beyond it
 
 
 class Header(QFrame):
