@@ -134,7 +134,7 @@ class EvalCompleted(Event):
 
 
 # What the engine is busy with for more than a moment: loading a model, or a round's phases.
-WorkPhase = Literal["loading_model", "generating", "updating", "evaluating", "saving"]
+WorkPhase = Literal["loading_model", "generating", "updating", "evaluating"]
 WORK_PHASES: tuple[str, ...] = get_args(WorkPhase)
 
 

@@ -4,11 +4,14 @@ gives the model's memory back (checkpointed first) and loads it again on resume.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from test_node import small_config as node_small_config
+from test_node import wait_for
 
 from engine import machine_load
 from engine import node as node_module
@@ -16,7 +19,6 @@ from engine.events import LogRecord, RoundCompleted, StateChanged
 from engine.models.policy import build_tiny_policy
 from engine.models.resolve import apply_threads, release_model
 from engine.node import Node, NodeConfig
-from engine.sapo.config import preset
 from engine.settings import ContributorSettings
 
 
@@ -26,16 +28,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def small_config(data_dir: Path, model: Path) -> NodeConfig:
-    sapo = preset("cpu-small").replace(num_local=2, completions=4, eval_every=0, checkpoint_every=0)
-    return NodeConfig(data_dir=data_dir, model=str(model), sapo=sapo, solo=True, seed=3, device="cpu")
-
-
-async def wait_for(predicate: Any, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.05)
+    """test_node's small solo node, on the CPU, with no checkpoints of its own between rounds."""
+    node = node_small_config(data_dir, model)
+    return dataclasses.replace(node, sapo=node.sapo.replace(checkpoint_every=0), device="cpu")
 
 
 def test_each_round_runs_on_the_threads_chosen_for_it(tmp_path: Path, tiny_model: Path) -> None:

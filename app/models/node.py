@@ -49,9 +49,7 @@ def work_text(work: WorkProgress) -> str:
         return f"Round {work.round:,}: writing {work.total} answers ({work.detail})"
     if work.phase == "updating":
         return f"Round {work.round:,}: learning from {work.total} groups"
-    if work.phase == "evaluating":
-        return f"Checking held-out questions: {work.done} of {work.total}"
-    return f"Saving {work.detail or 'a checkpoint'}"
+    return f"Checking held-out questions: {work.done} of {work.total}"  # evaluating
 
 
 class NodeModel:
