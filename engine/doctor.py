@@ -12,10 +12,11 @@ from engine.machine_load import choose_threads, lent_cores
 from engine.models import catalog, fit
 
 DEFAULT_MAX_ROUND_SECONDS = 300.0  # "a few minutes" per paper-sized round suits a contributor
-# Speed each thread past the first adds, as a fraction of one core's, on these small models: llama.cpp
-# generation went 14.6 -> 11.1 s from 1 to 2 threads on a quiet 2-core machine (1.3x) and torch's
-# update scales better. `sapo bench busy` compares the resulting estimate with measured rounds.
-THREAD_GAIN = 0.5
+# Speed each thread past the first adds, as a fraction of one core's, on these small models: a SmolLM2
+# cpu-real round went 12.4 -> 7.2 s from 1 to 2 threads on a quiet 2-core machine (1.72x; generation
+# alone scales less, 3.9 -> 2.3 s, the torch update more, 8.5 -> 4.8 s), bench/busy.md, which compares
+# the resulting estimate with measured rounds.
+THREAD_GAIN = 0.7
 
 
 def hypothetical(device: str, memory_gb: float, cores: int = 8, bf16: bool = True) -> HardwareProfile:
