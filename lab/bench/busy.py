@@ -214,6 +214,11 @@ def doctor_estimates(model: str, names: list[str]) -> dict[str, Any]:
     return out
 
 
+def _progress(started: float, message: str) -> None:
+    """A line on stderr per step: the bench runs ~15 minutes."""
+    print(f"[{(time.time() - started) / 60:5.1f} min] {message}", file=sys.stderr, flush=True)
+
+
 def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[str] | None = None,
         competitors: list[int] | None = None, rounds: int = 3, judge_per_specialty: int = 8, eval_k: int = 4,
         cap_s: float = 180.0, baseline_s: float = 15.0, unit_steps: int = 2_000_000, seed: int = 0,
@@ -235,9 +240,17 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[s
                 "judge_per_specialty": judge_per_specialty, "seed": seed}
         raw: dict[str, Any] = {}
         for name in names:
+            _progress(started, f"{name}: loading the model")
             engine = Engine(name, args, work, ready_timeout_s)
             try:
-                raw[name] = {"ready": engine.ready, "cases": [run_case(engine, c, opts, work) for c in counts]}
+                cases = []
+                for count in counts:
+                    _progress(started, f"{name}: beside {count} competitor(s), {rounds} rounds and the judge")
+                    cases.append(run_case(engine, count, opts, work))
+                    case = cases[-1]
+                    _progress(started, f"{name}: beside {count}: {case['end'] - case['go']:.0f} s"
+                              + (" (capped)" if case["capped_at"] else ""))
+                raw[name] = {"ready": engine.ready, "cases": cases}
             finally:
                 engine.close()
     meta = {"model": model, "cores": _cores(), "physical_cores": _physical(), "rounds": rounds,
