@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The GUI where a display exists, otherwise a headless node, on the embedded seed model.
+# The GUI where a display exists, otherwise a headless node, training the model `sapo doctor` picks.
 run: $(STAMP)
 	$(VENV)/bin/sapo start
 
