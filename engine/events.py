@@ -71,6 +71,7 @@ class RoundCompleted(Event):
     num_local: int
     num_external: int
     rungs: dict[str, int] = field(default_factory=dict)  # curriculum rung per specialty (empty: no curriculum)
+    model: str = ""  # the model trained (rounds are numbered per model); "" from engines before that
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class EvalCompleted(Event):
     passk: float
     k: int
     per_specialty: dict[str, dict[str, float]]
+    model: str = ""  # the model evaluated; "" from engines before rounds were numbered per model
 
 
 # What the engine is busy with for more than a moment: loading a model, or a round's phases.

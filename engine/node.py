@@ -114,6 +114,7 @@ class Node:
         self.identity_conflict = False  # another live node has this identity: a restart cannot help
         self._reputation: dict[str, dict[str, float]] = {}  # each peer's record here, as of the last round
         self._eval_every: int | None = None  # the live trainer's rounds between held-out evals (0 = never)
+        self._eval_every_s: float | None = None  # ... and training seconds between them (0 = no time rule)
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
         self._heap = HeapTrimmer(config.memory)
         self._contribution = Contribution(config.data_dir)  # what this machine has given, kept across restarts
@@ -135,6 +136,7 @@ class Node:
                     "peer_name": self.net.identity.name if self.net.identity else "",
                     "swarm": self.net.health(self._reputation),
                     "last_crash": self._last_crash, "eval_every": self._eval_every,
+                    "eval_every_s": self._eval_every_s,
                     "recent": recent_summary(list(self._recent_rounds), time.time()),
                     "memory": self._heap.status(), "contribution": self._contribution.status(),
                     "threads": dict(self._threads), "model_released": self._pause.released}
@@ -207,8 +209,9 @@ class Node:
         return new.to_dict()
 
     def history(self, limit: int = 2000) -> dict[str, Any]:
-        """The store's record, oldest first, for the GUI to rebuild its dashboards."""
-        return {"rounds": self.store.rounds(limit=limit), "evals": self.store.evals(),
+        """The store's record, oldest first, for the GUI to rebuild its dashboards: the current model's
+        newest rounds, its evals and its totals over all its rounds; rollouts, peers, refusals."""
+        return {**self.store.model_history(limit),
                 "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers(),
                 "frame_refusals": self.store.refusal_totals()}
 
@@ -251,11 +254,9 @@ class Node:
         return checkpoint_dir_for(self.config.data_dir / "checkpoints", model, self.config.model)
 
     def _continue_round_count(self, trainer: Any) -> None:
-        """Rounds count on from the store's newest: an older checkpoint (another model's, or this
-        model's from before the rounds since its last checkpoint) must not overwrite rounds already
-        recorded (the store keys rounds by number)."""
-        newest = self.store.rounds(limit=1)
-        trainer.round = max(trainer.round, int(newest[0]["round"]) if newest else 0)
+        """Rounds are numbered per model (a model switched to starts at its own round 1) and count on
+        from the store's newest of this model: a checkpoint older than its rounds must not overwrite them."""
+        trainer.round = max(trainer.round, self.store.last_round(model=trainer.model_id) or 0)
 
     def _model_id(self) -> str:
         return "seed" if self._model == "seed" else Path(self._model).name
@@ -359,7 +360,7 @@ class Node:
             self._round, self._policy_version = trainer.round, trainer.policy_version
             self._device, self._backend = device, loaded.label
             self._model_label = spec_id
-            self._eval_every = trainer.cfg.eval_every
+            self._eval_every, self._eval_every_s = trainer.cfg.eval_every, trainer.cfg.eval_every_s
         self.bus.publish(LogRecord(level="info", message=f"ready: {spec_id} on {device}, "
                                    f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))
         return trainer

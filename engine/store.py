@@ -19,8 +19,16 @@ from typing import Any, Self, TextIO
 
 from engine.errors import SapoError
 from engine.events import ROLLOUT_STATUSES
+from engine.store_schema import (
+    PHASES,
+    ROUND_METRICS,
+    ROUND_METRICS_V2,
+    SCHEMA,
+    SCHEMA_VERSION,
+    SOURCE_METRICS,
+    migrate,
+)
 
-SCHEMA_VERSION = 6
 MAX_TEXT = 256  # characters kept of any peer-supplied string (names, addresses, reasons)
 MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2 KiB)
 # Older rounds are kept thinner, so a node that trains for months keeps a store whose size grows
@@ -28,62 +36,6 @@ MAX_REF_KEY = 4096  # a task reference key holds its generator config JSON (<= 2
 ROUND_TIERS = ((50_000, 10), (500_000, 100), (5_000_000, 1000))  # (older than N rounds, keep every k-th)
 THIN_EVERY = 1000  # rounds recorded between thinning passes
 PEER_SOURCES = ("mdns", "bootstrap", "manual", "inbound")  # inbound: a peer that dialled our listener
-
-# Per-round scalar metrics, in the order `sapo history` prints them.
-ROUND_METRICS: tuple[str, ...] = (
-    "reward_mean", "reward_std", "frac_reward_zero_std", "completion_len_mean", "completion_len_max",
-    "completion_clipped_ratio", "entropy", "loss", "grad_norm", "clip_fraction", "kl", "tokens_per_s",
-    "groups_trained", "rows_trained",
-)
-PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
-# Added in schema v2 (appended to v1 tables by `_migrate`): the format warm-up, recorded apart from the
-# correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
-# weight that round), and each specialty's curriculum rung.
-ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
-# Schema v5: where the round's groups came from (own pick, a peer's frontier question, a peer's text
-# group), how many of each had signal, and the round's seconds split between them (sapo/frontier.py).
-ROUND_METRICS_V5: tuple[str, ...] = (
-    "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed", "peer_text_groups",
-    "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
-)
-# Schema v6: how many of the peers' text groups trained on had signal (with the zero-advantage filter
-# off, a group without one enters the loss and teaches nothing).
-ROUND_METRICS_V6: tuple[str, ...] = ("peer_text_mixed",)
-SOURCE_METRICS = ROUND_METRICS_V5 + ROUND_METRICS_V6  # per source: groups, with signal, seconds
-# Schema v4: `refusals`, frames the swarm refused (signature, schema, replay, rate ...) by reason over
-# time; groups dropped are rows of `rollouts`. (The table is created for older files too.)
-# Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
-# can roll back exactly the rounds a crash took from that model's weights.
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rounds (
-    round INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, ts REAL NOT NULL,
-    num_local INTEGER NOT NULL, num_external INTEGER NOT NULL,
-    {", ".join(f"{m} REAL" for m in ROUND_METRICS)},
-    {", ".join(f"seconds_{p} REAL" for p in PHASES)},
-    per_specialty_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS evals (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, round INTEGER NOT NULL, policy_version INTEGER NOT NULL,
-    ts REAL NOT NULL, kind TEXT NOT NULL, k INTEGER NOT NULL, pass1 REAL NOT NULL, passk REAL NOT NULL,
-    report_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rollouts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, origin_peer TEXT NOT NULL,
-    specialty TEXT NOT NULL, ref_key TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-    reward REAL
-);
-CREATE INDEX IF NOT EXISTS rollouts_peer ON rollouts(origin_peer);
-CREATE TABLE IF NOT EXISTS refusals (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, reason TEXT NOT NULL, count INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS peers (
-    id TEXT PRIMARY KEY, name TEXT NOT NULL, model TEXT NOT NULL, found_by TEXT NOT NULL,
-    address TEXT NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
-    received INTEGER NOT NULL DEFAULT 0, used INTEGER NOT NULL DEFAULT 0
-);
-"""
 
 
 class StoreError(SapoError, RuntimeError):
@@ -128,37 +80,20 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
             with self._db:
-                self._db.executescript(_SCHEMA)
+                self._db.executescript(SCHEMA)
                 row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
                 if row is None:
                     self._db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
                 elif int(row[0]) > SCHEMA_VERSION:
                     raise StoreError(f"{self.path} has schema v{row[0]}; this version reads up to "
                                      f"v{SCHEMA_VERSION}: upgrade sapo-swarm or use another data dir")
-                self._migrate(int(row[0]) if row is not None else 1)
+                migrate(self._db, int(row[0]) if row is not None else 1)
         except sqlite3.DatabaseError as exc:
             self._db.close()
             raise StoreError(f"cannot open store {self.path}: {exc}") from exc
         except StoreError:
             self._db.close()
             raise
-
-    def _migrate(self, version: int) -> None:
-        """Bring a v1 database (fresh or old) to this schema; rows already written stay as they are."""
-        if version < 2:
-            for metric in ROUND_METRICS_V2:
-                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
-            self._db.execute("ALTER TABLE rounds ADD COLUMN rungs_json TEXT NOT NULL DEFAULT '{}'")
-        if version < 3:
-            for table in ("rounds", "evals"):
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN model TEXT NOT NULL DEFAULT ''")
-        if version < 5:
-            for metric in ROUND_METRICS_V5:
-                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
-        if version < 6:
-            for metric in ROUND_METRICS_V6:
-                self._db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
-        self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def __enter__(self) -> Self:
         return self
@@ -188,7 +123,7 @@ class Store:
                      num_local: int, num_external: int, ts: float | None = None,
                      rungs: Mapping[str, int] | None = None, model: str = "") -> None:
         """Write one round (a replayed round after a resume replaces the old row); `model`: its id."""
-        values = [_count(round, "round"), _count(policy_version, "policy_version"),
+        values: list[Any] = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
         metric_names = ROUND_METRICS + ROUND_METRICS_V2 + SOURCE_METRICS
@@ -209,37 +144,58 @@ class Store:
             self.thin_rounds()
 
     def thin_rounds(self) -> int:
-        """Apply `round_tiers` below the newest round -> rows removed. Evals are never thinned."""
-        newest = self.last_round()
+        """Apply `round_tiers` below each model's newest round -> rows removed. What a removed row held
+        (a round, its reward, its seconds) is added to its model's `thinned` tally first, so totals stay
+        exact. Evals are never thinned."""
         removed = 0
-        for age, keep in self.round_tiers:
-            if newest is not None and newest > age:
-                removed += self._write("DELETE FROM rounds WHERE round <= ? AND round % ? != 0",
-                                       (newest - age, keep)).rowcount
+        newest = self._read("SELECT model, MAX(round) AS newest FROM rounds GROUP BY model")
+        old = "model = ? AND round <= ? AND round % ? != 0"
+        for row in newest:
+            for age, keep in self.round_tiers:
+                if row["newest"] <= age:
+                    continue
+                params = (row["model"], row["newest"] - age, keep)
+                with self._lock, self._db:
+                    self._db.execute(
+                        "INSERT INTO thinned (model, rounds, reward_sum, seconds) SELECT model, COUNT(*), "
+                        f"COALESCE(SUM(reward_mean), 0), COALESCE(SUM(seconds_total), 0) FROM rounds WHERE {old} "
+                        "GROUP BY model ON CONFLICT(model) DO UPDATE SET rounds = rounds + excluded.rounds, "
+                        "reward_sum = reward_sum + excluded.reward_sum, seconds = seconds + excluded.seconds", params)
+                    removed += self._db.execute(f"DELETE FROM rounds WHERE {old}", params).rowcount
         return removed
 
-    def rounds(self, since: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        """Rounds in order (since: rounds > since; limit: the newest `limit` of those)."""
-        sql, params = "SELECT * FROM rounds", []
+    def rounds(self, since: int | None = None, limit: int | None = None,
+               model: str | None = None) -> list[dict[str, Any]]:
+        """Rounds oldest first: one `model`'s in round order, or every model's in the order they were
+        written (rounds are numbered per model). since: rounds numbered above it; limit: the newest
+        `limit` of those."""
+        where: list[str] = []
+        params: list[Any] = []
+        order = "seq_" if model is None else "round"
+        if model is not None:
+            where, params = ["model = ?"], [_text(model, "model")]
         if since is not None:
-            sql, params = sql + " WHERE round > ?", [since]
+            where.append("round > ?")
+            params.append(since)
+        sql = "SELECT rowid AS seq_, * FROM rounds" + (f" WHERE {' AND '.join(where)}" if where else "")
         if limit is not None:
-            sql = f"SELECT * FROM ({sql} ORDER BY round DESC LIMIT ?) ORDER BY round"
+            sql = f"SELECT * FROM ({sql} ORDER BY {order} DESC LIMIT ?) ORDER BY {order}"
             params.append(int(limit))
         else:
-            sql += " ORDER BY round"
+            sql += f" ORDER BY {order}"
         rows = self._read(sql, params)
         for r in rows:
+            del r["seq_"]
             r["per_specialty"] = json.loads(r.pop("per_specialty_json"))
             r["rungs"] = json.loads(r.pop("rungs_json"))
         return rows
 
     def source_totals(self, last: int) -> dict[str, float]:
-        """SOURCE_METRICS summed over the newest `last` rounds (rounds from before schema v5 add 0; in v5
+        """SOURCE_METRICS summed over the `last` rounds written last (rounds from before schema v5 add 0; in v5
         rows every peer text group trained on had signal, as the zero-advantage filter leaves them)."""
         sums = ", ".join(f"COALESCE(SUM({m}), 0) AS {m}" for m in SOURCE_METRICS if m != "peer_text_mixed")
         sums += ", COALESCE(SUM(COALESCE(peer_text_mixed, peer_text_groups)), 0) AS peer_text_mixed"
-        rows = self._read(f"SELECT {sums} FROM (SELECT * FROM rounds ORDER BY round DESC LIMIT ?)",
+        rows = self._read(f"SELECT {sums} FROM (SELECT * FROM rounds ORDER BY rowid DESC LIMIT ?)",
                           (_count(last, "last"),))
         return {m: float(rows[0][m]) for m in SOURCE_METRICS}
 
@@ -264,15 +220,47 @@ class Store:
         rows = self._read("SELECT value FROM meta WHERE key = 'rounds_rolled_back'")
         return int(rows[0]["value"]) if rows else 0
 
-    def last_round(self) -> int | None:
-        row = self._read("SELECT MAX(round) AS r FROM rounds")[0]
+    def last_round(self, model: str | None = None) -> int | None:
+        """The highest round number (of `model`, else of any model)."""
+        sql, params = "SELECT MAX(round) AS r FROM rounds", []
+        if model is not None:
+            sql, params = sql + " WHERE model = ?", [_text(model, "model")]
+        row = self._read(sql, params)[0]
         return None if row["r"] is None else int(row["r"])
 
+    def round_totals(self, model: str) -> dict[str, Any]:
+        """One model's rounds over its life here, rows thinned away included: how many, their summed mean
+        reward (the cumulative reward), their seconds, and the newest round (None: none yet)."""
+        live = self._read("SELECT COUNT(*) AS n, COALESCE(SUM(reward_mean), 0) AS reward, COALESCE(SUM(seconds_total), "
+                          "0) AS seconds, MAX(round) AS newest FROM rounds WHERE model = ?", (_text(model, "model"),))[0]
+        gone = self._read("SELECT rounds, reward_sum, seconds FROM thinned WHERE model = ?", (model,))
+        thinned = gone[0] if gone else {"rounds": 0, "reward_sum": 0.0, "seconds": 0.0}
+        return {"model": model, "rounds": int(live["n"]) + int(thinned["rounds"]),
+                "reward_sum": float(live["reward"]) + float(thinned["reward_sum"]),
+                "seconds": float(live["seconds"]) + float(thinned["seconds"]), "last_round": live["newest"]}
+
+    def current_model(self) -> str | None:
+        """The model this node trained last: that of the newest round or held-out eval written (a model
+        switched to is current from its first held-out check, before its first round)."""
+        newest = self._read("SELECT model, ts FROM rounds ORDER BY rowid DESC LIMIT 1")
+        newest += self._read("SELECT model, ts FROM evals WHERE kind = 'heldout' ORDER BY id DESC LIMIT 1")
+        return str(max(newest, key=lambda r: float(r["ts"]))["model"]) if newest else None
+
+    def model_history(self, limit: int) -> dict[str, Any]:
+        """What a dashboard shows: the current model's newest `limit` rounds, its evals, and its totals
+        over every round (not only the `limit` sent)."""
+        model = self.current_model()
+        if model is None:
+            return {"rounds": [], "evals": [], "totals": None}
+        return {"rounds": self.rounds(limit=limit, model=model), "evals": self.evals(model=model),
+                "totals": self.round_totals(model)}
+
     def export_rounds_csv(self, out: TextIO) -> int:
-        """Write all rounds as CSV (per-specialty rewards as reward_<specialty> columns) -> rows."""
+        """Write all rounds as CSV, in the order they were written (per-specialty rewards as
+        reward_<specialty> columns) -> rows."""
         rows = self.rounds()
         specialties = sorted({s for r in rows for s in r["per_specialty"]})
-        head = ["round", "policy_version", "ts", "num_local", "num_external", *ROUND_METRICS, *ROUND_METRICS_V2,
+        head = ["round", "policy_version", "model", "ts", "num_local", "num_external", *ROUND_METRICS, *ROUND_METRICS_V2,
                 *SOURCE_METRICS, *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
         writer = csv.writer(out)
         writer.writerow(head)
@@ -284,21 +272,24 @@ class Store:
     # -- evals --------------------------------------------------------------------------------
     def record_eval(self, round: int, policy_version: int, report: Mapping[str, Any],
                     kind: str = "heldout", ts: float | None = None, model: str = "") -> None:
-        """Store an EvalReport.to_dict() (overall pass1/passk as columns, the rest as JSON)."""
+        """Store an EvalReport.to_dict() (overall pass1/passk as columns, the rest as JSON), with the
+        model's training seconds up to `round` (what the time between two evals reads)."""
         overall = report.get("overall") or {}
-        self._write("INSERT INTO evals (round, policy_version, ts, kind, k, pass1, passk, report_json, model) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (_count(round, "round"), _count(policy_version, "policy_version"),
-                     _finite(ts if ts is not None else time.time(), "ts"), _text(kind, "kind"),
-                     _count(report.get("k"), "k"), _finite(overall.get("pass1"), "pass1"),
-                     _finite(overall.get("passk"), "passk"), json.dumps(dict(report), sort_keys=True),
-                     _text(model, "model")))
+        values = (_count(round, "round"), _count(policy_version, "policy_version"),
+                  _finite(ts if ts is not None else time.time(), "ts"), _text(kind, "kind"),
+                  _count(report.get("k"), "k"), _finite(overall.get("pass1"), "pass1"),
+                  _finite(overall.get("passk"), "passk"), json.dumps(dict(report), sort_keys=True),
+                  _text(model, "model"))
+        self._write("INSERT INTO evals (round, policy_version, ts, kind, k, pass1, passk, report_json, model, "
+                    "train_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(SUM(seconds_total), 0) "
+                    "FROM rounds WHERE model = ? AND round <= ?) + COALESCE((SELECT seconds FROM thinned WHERE "
+                    "model = ?), 0))", (*values, values[-1], values[0], values[-1]))
 
-    def evals(self, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, params = "SELECT * FROM evals", []
-        if kind is not None:
-            sql, params = sql + " WHERE kind = ?", [kind]
-        rows = self._read(sql + " ORDER BY round, id", params)
+    def evals(self, kind: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
+        """Evals by round (of one `kind`, of one `model`)."""
+        where = [(col, value) for col, value in (("kind", kind), ("model", model)) if value is not None]
+        sql = "SELECT * FROM evals" + (" WHERE " + " AND ".join(f"{c} = ?" for c, _ in where) if where else "")
+        rows = self._read(sql + " ORDER BY round, id", [v for _, v in where])
         for r in rows:
             r["report"] = json.loads(r.pop("report_json"))
         return rows

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.models.dashboard import DashboardModel
 from app.models.feed import FeedModel
-from app.models.history import parse_history
+from app.models.history import parse_history, parse_totals
 from app.models.node import LogModel, NodeModel
 from app.models.peers import PeersModel
 from engine.control.api import ModelProgress
@@ -65,11 +65,13 @@ class AppModel:
             self.apply(event)
 
     def load_history(self, history: Any) -> None:
-        """The `history` reply: rounds, evals, rollouts, peers. Bad rows are skipped and counted."""
+        """The `history` reply: rounds, evals, rollouts, peers, the current model's totals. Bad rows are
+        skipped and counted."""
         parsed, bad = parse_history(history)
         self.bad_history_rows += bad
         rounds = [e for e in parsed["rounds"] if isinstance(e, RoundCompleted)]
-        self.dashboard.load(rounds, [e for e in parsed["evals"] if isinstance(e, EvalCompleted)])
+        self.dashboard.load(rounds, [e for e in parsed["evals"] if isinstance(e, EvalCompleted)],
+                            parse_totals(history))
         for event in rounds:
             self.node.apply_round(event)
         for other in parsed["peers"] + parsed["rollouts"]:

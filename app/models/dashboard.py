@@ -6,6 +6,11 @@ few spellings so the dashboard does not break when one is renamed. The format wa
 format_weight) has its own series, apart from the correctness reward; the curriculum's rungs are state,
 not a series (one number per specialty, the latest round's); so is where the newest rounds' groups came
 from (`sources`: own questions, peers' suggested questions, peers' answers).
+
+Rounds are numbered per model: the dashboard shows one model's, the one trained last. A round or eval of
+another model starts it over for that model (and asks for that model's stored history: `wants_history`).
+The history's totals (every round in the store, not the window sent) set the rounds count, the
+cumulative reward and the hours of training, so a restart does not shrink them to the window.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.models.history import clean_rungs
+from app.models.history import Totals, clean_rungs
 from app.models.ring import Ring, Window
 from app.models.sources import SourceTally
 from engine.events import EvalCompleted, RoundCompleted
@@ -54,8 +59,15 @@ class DashboardModel:
         self._reward_window = Window(window)
         self._specialty_windows: dict[str, Window] = {}
         self._cumulative = 0.0
-        self._seen: collections.OrderedDict[int, None] = collections.OrderedDict()  # dedupe replays
+        # round -> (reward, seconds) of rounds applied: dedupes replays, and counts rounds newer than totals
+        self._seen: collections.OrderedDict[int, tuple[float, float]] = collections.OrderedDict()
         self._seen_evals: set[int] = set()
+        self.model: str | None = None  # whose rounds these are (None: not told; "" from older engines)
+        self.wants_history: str | None = None  # switched to this model: its stored record is not loaded yet
+        self.train_seconds = 0.0  # the model's training seconds so far (its rounds' own time)
+        self.eval_pass1: dict[int, float] = {}  # round -> held-out pass@1 (round 0: the baseline)
+        self.eval_seconds: dict[int, float] = {}  # round -> training seconds up to that eval
+        self.eval_due_in_s: float | None = None  # training seconds to the next eval, as of the newest live round
         self.rungs: dict[str, int] = {}  # specialty -> latest curriculum rung (0 = easiest)
         self.curriculum_active = False  # the newest round reported rungs
         self._rungs_round: int | None = None  # the round `rungs` came from (older replays do not win)
@@ -65,13 +77,20 @@ class DashboardModel:
 
     def apply_round(self, event: RoundCompleted) -> bool:
         """Add one round; False when it was already seen (history then replayed events)."""
+        self._follow(event.model)
         if event.round in self._seen:
             return False
-        self._seen[event.round] = None
-        if len(self._seen) > self.capacity:
-            self._seen.popitem(last=False)
         x = float(event.round)
         reward = _metric(event.metrics, "reward")
+        seconds = event.phase_seconds.get("total", 0.0)
+        seconds = seconds if math.isfinite(seconds) and seconds >= 0 else 0.0
+        self._seen[event.round] = (reward or 0.0, seconds)
+        if len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+        self.train_seconds += seconds
+        due = event.metrics.get("eval_due_in_s")
+        if isinstance(due, (int, float)) and math.isfinite(due) and due >= 0 and event.round >= (self.last_round or 0):
+            self.eval_due_in_s = float(due)
         if reward is not None:
             self._reward_window.push(reward)
             self.series["reward"].append(x, reward)
@@ -98,9 +117,36 @@ class DashboardModel:
             if math.isfinite(seconds):
                 self.phases.setdefault(phase, Ring(self.capacity)).append(x, float(seconds))
         self.rounds += 1
-        self.last_round = event.round
+        self.last_round = max(event.round, self.last_round or 0)
         self.version += 1
         return True
+
+    def _follow(self, model: str) -> None:
+        """A round or eval of `model`: another model than the one shown starts the dashboard over for it."""
+        if not model or model == self.model:
+            return
+        if self.model is not None:
+            self.reset()
+            self.wants_history = model
+        self.model = model
+
+    def reset(self) -> None:
+        """Empty every series in place (the views keep their curves) and forget the model shown."""
+        for ring in (*self.series.values(), *self.specialty.values(), *self.phases.values()):
+            ring.clear()
+        self._reward_window = Window(self.window)
+        self._specialty_windows.clear()
+        self.sources.clear()  # in place: the sources card holds it
+        self._cumulative = self.train_seconds = 0.0
+        self._seen.clear()
+        self._seen_evals.clear()
+        self.eval_pass1.clear()
+        self.eval_seconds.clear()
+        self.rungs.clear()
+        self.curriculum_active, self._rungs_round = False, None
+        self.rounds, self.last_round, self.eval_due_in_s = 0, None, None
+        self.model = self.wants_history = None
+        self.version += 1
 
     def _apply_rungs(self, event: RoundCompleted) -> None:
         if self._rungs_round is not None and event.round < self._rungs_round:
@@ -112,20 +158,51 @@ class DashboardModel:
         self.rungs.update(rungs)
 
     def apply_eval(self, event: EvalCompleted) -> bool:
+        self._follow(event.model)
         if event.round in self._seen_evals:
             return False
         self._seen_evals.add(event.round)
+        self.eval_pass1[event.round] = event.pass1
+        if event.round >= (self.last_round or 0):
+            self.eval_due_in_s = None  # the check announced has come; the next round says when the next is
+        self.eval_seconds.setdefault(event.round, self.train_seconds)  # live: it follows its round
         self.series["pass1"].append(float(event.round), event.pass1)
         self.series["passk"].append(float(event.round), event.passk)
         self.version += 1
         return True
 
-    def load(self, rounds: Iterable[RoundCompleted], evals: Iterable[EvalCompleted] = ()) -> int:
-        """History from the store, oldest first; returns how many rounds were new."""
-        added = sum(self.apply_round(r) for r in sorted(rounds, key=lambda r: r.round))
+    def load(self, rounds: Iterable[RoundCompleted], evals: Iterable[EvalCompleted] = (),
+             totals: Totals | None = None) -> int:
+        """History from the store, oldest first; returns how many rounds were new. With `totals` (the
+        model's every round, not only those sent), the rounds count, cumulative reward and training
+        seconds are the store's; rounds of another model than the totals' are not this history's."""
+        rounds = sorted(rounds, key=lambda r: r.round)
+        model = totals.model if totals is not None else next((r.model for r in reversed(rounds) if r.model), "")
+        self._follow(model)
+        if self.wants_history == model:
+            self.wants_history = None
+        rounds = [r for r in rounds if not model or r.model in ("", model)]
+        evals = [e for e in evals if not model or e.model in ("", model)]
+        if totals is not None:
+            self._take_totals(totals, [r for r in rounds if r.round not in self._seen])
+        added = sum(self.apply_round(r) for r in rounds)
         for e in sorted(evals, key=lambda e: e.round):
+            # without the store's figure, the training seconds of the rounds loaded up to it
+            self.eval_seconds.setdefault(e.round, sum(s for n, (_, s) in self._seen.items() if n <= e.round))
             self.apply_eval(e)
         return added
+
+    def _take_totals(self, totals: Totals, new: list[RoundCompleted]) -> None:
+        """Counters such that, once `new` rounds are applied, they equal the totals (plus any live round
+        already applied beyond them)."""
+        pending = [r for r in new if r.round <= totals.last_round]
+        beyond = [value for number, value in self._seen.items() if number > totals.last_round]
+        self.rounds = totals.rounds - len(pending) + len(beyond)
+        self._cumulative = totals.reward_sum + sum(reward for reward, _ in beyond) - sum(
+            _metric(r.metrics, "reward") or 0.0 for r in pending)
+        self.train_seconds = totals.seconds + sum(seconds for _, seconds in beyond) - sum(
+            max(0.0, r.phase_seconds.get("total", 0.0)) for r in pending)
+        self.eval_seconds.update(totals.eval_seconds)
 
     def latest(self, series: str) -> float | None:
         return self.series[series].last()

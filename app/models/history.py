@@ -2,7 +2,8 @@
 
 Rows are untrusted like any engine reply: each converts to its event and passes the event's type
 check, or is skipped and counted. A round's curriculum rungs are optional extras: a malformed entry is
-dropped and the round kept.
+dropped and the round kept. `totals` (the current model's rounds over its life, not only those sent)
+converts to `Totals`, or to None when absent or malformed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from engine.control.protocol import check_event_types
@@ -18,7 +20,7 @@ from engine.store import PHASES
 
 # Store columns of a round row that are not metrics.
 _ROUND_COLUMNS = {"type", "round", "policy_version", "ts", "num_local", "num_external", "metrics",
-                  "per_specialty", "per_specialty_reward", "phase_seconds", "rungs", "rungs_json"}
+                  "per_specialty", "per_specialty_reward", "phase_seconds", "rungs", "rungs_json", "model"}
 MAX_RUNGS = 64  # specialties kept per round: the node has a dozen; more is garbage, not news
 MAX_SPECIALTY = 256  # characters of a specialty name (the store's MAX_TEXT)
 
@@ -83,7 +85,8 @@ def round_event(row: dict[str, Any]) -> Event:
                    "ts": row.get("ts", 0.0), "metrics": metrics, "per_specialty_reward": specialty,
                    "phase_seconds": phases, "num_local": row.get("num_local", 0),
                    "num_external": row.get("num_external", 0),
-                   "rungs": clean_rungs(row.get("rungs", row.get("rungs_json")))}, "round_completed")
+                   "rungs": clean_rungs(row.get("rungs", row.get("rungs_json"))),
+                   "model": row.get("model", "")}, "round_completed")
 
 
 def eval_event(row: dict[str, Any]) -> Event:
@@ -93,7 +96,8 @@ def eval_event(row: dict[str, Any]) -> Event:
     per_specialty = report.get("per_specialty", {}) if isinstance(report, dict) else {}
     return _event({"round": row.get("round"), "pass1": row.get("pass1"), "passk": row.get("passk"),
                    "k": row.get("k", 1), "ts": row.get("ts", 0.0),
-                   "per_specialty": _nested(row.get("per_specialty", per_specialty))}, "eval_completed")
+                   "per_specialty": _nested(row.get("per_specialty", per_specialty)),
+                   "model": row.get("model", "")}, "eval_completed")
 
 
 def rollout_event(row: dict[str, Any]) -> Event:
@@ -141,3 +145,39 @@ def parse_history(history: Any) -> tuple[dict[str, list[Event]], int]:
     # rollouts come newest first from some stores: the feed wants arrival order
     parsed["rollouts"].sort(key=lambda e: e.ts)
     return parsed, bad
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The history's `totals`: one model's rounds over its whole life in the store, however many of them
+    the reply carries (the dashboard's rounds card, cumulative reward and hours of training come from here)."""
+
+    model: str
+    rounds: int
+    reward_sum: float
+    seconds: float
+    last_round: int  # the newest round the totals count (0: none yet)
+    eval_seconds: dict[int, float] = field(default_factory=dict)  # training seconds up to each eval's round
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_totals(history: Any) -> Totals | None:
+    """`history["totals"]` (engine/store.py `round_totals`) and each eval row's `train_seconds`."""
+    raw = history.get("totals") if isinstance(history, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    model, last = raw.get("model"), raw.get("last_round")
+    last = 0 if last is None else last
+    if not (isinstance(model, str) and len(model) <= MAX_SPECIALTY and _count(raw.get("rounds")) and _count(last)
+            and _number(raw.get("reward_sum")) and _number(raw.get("seconds")) and raw["seconds"] >= 0):
+        return None
+    seconds: dict[int, float] = {}
+    evals = history.get("evals")
+    for row in evals if isinstance(evals, list) else []:
+        if isinstance(row, dict) and _count(row.get("round")) and _number(row.get("train_seconds")) \
+                and row.get("model", model) == model:
+            seconds[row["round"]] = float(row["train_seconds"])
+    return Totals(model, raw["rounds"], float(raw["reward_sum"]), float(raw["seconds"]), last, seconds)

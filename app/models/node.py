@@ -72,6 +72,8 @@ class NodeModel:
         self.engine_url = ""
         self.last_crash: dict[str, Any] | None = None  # why the engine last died (its supervisor's record)
         self.eval_every: int | None = None  # rounds between held-out evals (0 = off; None = not told yet)
+        self.eval_every_s: float | None = None  # training seconds between them (0 = off; None = not told yet)
+        self.round_model = ""  # the model whose round `round` is (rounds are numbered per model)
         self.work: WorkProgress | None = None  # the engine's current phase (model load, round phases)
         self.contribution: dict[str, Any] = {}  # what this machine has given (engine.contribution), checked
         self.version = 0
@@ -93,11 +95,13 @@ class NodeModel:
         self.version += 1
 
     def _apply_eval_every(self, status: dict[str, Any]) -> bool:
-        every = status.get("eval_every")
+        every, every_s, changed = status.get("eval_every"), status.get("eval_every_s"), False
         if isinstance(every, int) and not isinstance(every, bool) and 0 <= every <= 10**9 and every != self.eval_every:
-            self.eval_every = every
-            return True
-        return False
+            self.eval_every, changed = every, True
+        if isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and 0 <= every_s <= 10**9 \
+                and every_s != self.eval_every_s:
+            self.eval_every_s, changed = float(every_s), True
+        return changed
 
     def apply_identity(self, status: dict[str, Any]) -> None:
         """What events don't carry (model, device, backend, names) from a later `status` reply; the
@@ -137,8 +141,10 @@ class NodeModel:
         return f"{work_text(work)} · {seconds} s"
 
     def apply_round(self, event: RoundCompleted) -> None:
-        if event.round >= self.round:
+        # rounds are numbered per model: another model's round 1 is news, not an old round
+        if event.round >= self.round or (event.model and event.model != self.round_model):
             self.round, self.policy_version = event.round, event.policy_version
+            self.round_model = event.model or self.round_model
             if self.work is not None and self.work.phase in ("generating", "updating") and self.work.round <= event.round:
                 self.work = None  # that round is done
             self.version += 1

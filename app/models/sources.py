@@ -79,6 +79,10 @@ class SourceTally:
             del self._rounds[min(self._rounds)]
         return True
 
+    def clear(self) -> None:
+        """Forget every round (the dashboard switched to another model, whose rounds count from 1)."""
+        self._rounds.clear()
+
     @property
     def rounds(self) -> int:
         return len(self._rounds)

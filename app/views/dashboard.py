@@ -1,21 +1,36 @@
-"""Dashboard: live training curves (pyqtgraph), redrawn only where a series changed."""
+"""Dashboard: "Your model" on top, then live training curves (pyqtgraph), redrawn only where a series
+changed. The curves are the current model's (rounds are numbered per model)."""
 
 from __future__ import annotations
 
 import html
-import math
-from collections.abc import Callable
+import zlib
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from app.models.dashboard import DashboardModel
 from app.models.ring import Ring
+from app.models.your_model import duration
 from app.theme import PLOT_COLORS
+from app.views.axes import (
+    TICK_GAP_PX,
+    axis_ticks,
+    fitting_ticks,
+    nice_above,
+    set_axis_range,
+    set_axis_ticks,
+    stepped_range,
+)
 from app.views.sources import SourcesCard
+from app.views.your_model import YourModelCard
+from engine.store import PHASES
+from engine.tasks.specialties import SPECIALTIES
+
+__all__ = ["MAX_POINTS", "MIN_POINTS", "PX_PER_POINT", "TICK_GAP_PX", "DashboardView", "axis_ticks", "eval_note",
+           "fitting_ticks", "nice_above", "series_color", "stepped_range"]
 
 # Antialiasing and grid lines each cost several times the rest of a repaint in Qt's raster engine
 # (measured: 1,000 rounds took ~0.9 s to draw with both, ~20 ms without): off, except where noted.
@@ -25,82 +40,7 @@ MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
 # Fewer on narrow plots: a point every pixel or two of a noisy series is a solid block of colour.
 PX_PER_POINT = 3
 MIN_POINTS = 64
-TICK_GAP_PX = 12  # between neighbouring tick labels
 BOUNDED = (-0.02, 1.02)  # plots of fractions and rewards keep this y range (0..1, the edges visible)
-
-
-def nice_above(value: float) -> float:
-    """The smallest 1, 2 or 5 x 10^k at or above `value` (10 for nothing yet)."""
-    if not math.isfinite(value) or value <= 0:
-        return 10.0
-    power = 10.0 ** math.floor(math.log10(value))
-    return next(step * power for step in (1.0, 2.0, 5.0, 10.0) if step * power >= value * (1 - 1e-12))
-
-
-def stepped_range(current: tuple[float, float] | None, low: float, high: float) -> tuple[float, float]:
-    """An axis range that moves in steps: kept while the data fits and fills more than a fifth of it,
-    else the next nice range. A range that changes every round makes pyqtgraph redo the axis ticks and
-    repaint the whole plot every round; this way it happens a few times per order of magnitude."""
-    bottom = 0.0 if low >= 0 else -nice_above(-low * 1.1)
-    if current is not None and current[0] == bottom and high <= current[1] \
-            and (high - bottom) >= 0.2 * (current[1] - bottom):
-        return current
-    return bottom, nice_above(high * 1.1) if high > 0 else (0.0 if low < 0 else 10.0)
-
-
-def tick_label(value: float, decimals: int) -> str:
-    """Compact: "1.5k", "200k", "2M" (a narrow axis has room for four or five characters a tick)."""
-    size = abs(value)
-    if size >= 1_000_000:
-        return f"{value / 1_000_000:g}M"
-    if size >= 1000:
-        return f"{value / 1000:g}k"
-    return f"{value:.{decimals}f}"
-
-
-def axis_ticks(low: float, high: float, max_ticks: int = 6) -> list[tuple[float, str]]:
-    """About `max_ticks` labelled ticks on a 1-2-5 step across [low, high]. Given to pyqtgraph explicitly,
-    so a repaint draws them instead of searching tick spacings (most of an axis's paint time)."""
-    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
-        return []
-    step = nice_above((high - low) / max(1, max_ticks))
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
-    ticks = []
-    for k in range(math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9) + 1):
-        value = round(k * step, decimals + 1)
-        ticks.append((value, tick_label(value, decimals)))
-    return ticks
-
-
-def fitting_ticks(low: float, high: float, length_px: float, label_px: Callable[[str], float],
-                  gap_px: float = TICK_GAP_PX) -> list[tuple[float, str]]:
-    """The most ticks (six at most) whose labels, `label_px` long each along an axis of `length_px`,
-    leave `gap_px` between neighbours: on a small plot "1,0002,0003,000" became "0  2k  4k"."""
-    ticks = axis_ticks(low, high)
-    if length_px <= 0:  # not laid out yet: the resize that follows fits them
-        return ticks
-    for count in range(6, 1, -1):
-        ticks = axis_ticks(low, high, count)
-        if len(ticks) < 2:
-            return ticks
-        spacing = length_px * (ticks[1][0] - ticks[0][0]) / (high - low)
-        if spacing >= max(label_px(label) for _, label in ticks) + gap_px:
-            return ticks
-    return ticks[::2] if len(ticks) > 2 else ticks
-
-
-def set_axis_range(plot: pg.PlotItem, x_range: tuple[float, float], y_range: tuple[float, float]) -> None:
-    plot.setRange(xRange=x_range, yRange=y_range, padding=0)
-    set_axis_ticks(plot, x_range, y_range)
-
-
-def set_axis_ticks(plot: pg.PlotItem, x_range: tuple[float, float], y_range: tuple[float, float]) -> None:
-    """Ticks that fit the plot's size now (called again when it is resized)."""
-    bottom, left = plot.getAxis("bottom"), plot.getAxis("left")
-    metrics = QFontMetricsF(bottom.style.get("tickFont") or bottom.font())
-    line = metrics.height()
-    bottom.setTicks([fitting_ticks(*x_range, plot.vb.width(), metrics.horizontalAdvance)])
-    left.setTicks([fitting_ticks(*y_range, plot.vb.height(), lambda _label: line, gap_px=2)])
 
 
 class _Curve:
@@ -168,13 +108,22 @@ CARD_TIPS = {
 }
 
 
-def eval_note(every: int | None, evals: int, rounds: int) -> str:
+def eval_note(every: int | None, evals: int, rounds: int, every_s: float | None = None) -> str:
     """Under the held-out plot's title until its first point: when one comes, or that none will."""
     if evals or every is None:
         return ""
+    if every_s:
+        return f"the first within {duration(every_s)} of training"
     if every == 0:
         return "none for this model: held-out evals are off in its preset"
     return f"the first after round {every:,}" if rounds < every else f"next after round {(rounds // every + 1) * every:,}"
+
+
+def series_color(name: str, known: tuple[str, ...]) -> str:
+    """The same colour for a name whatever order names arrive in: by its place in `known` (the task
+    library's specialties, the store's phases), else by a hash of the name."""
+    index = known.index(name) if name in known else zlib.crc32(name.encode())
+    return PLOT_COLORS[index % len(PLOT_COLORS)]
 
 
 class DashboardView(QWidget):
@@ -187,6 +136,8 @@ class DashboardView(QWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
+        self.your_model = YourModelCard(model)
+        layout.addWidget(self.your_model)
         cards = QHBoxLayout()
         self.cards: dict[str, QLabel] = {}
         for key, name in (("reward_avg", f"reward ({model.window}-round average)"),
@@ -253,6 +204,7 @@ class DashboardView(QWidget):
              _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
         self._curves = [c for group in self._groups for c in group]
         self._eval_every: int | None = None
+        self._eval_every_s: float | None = None
         self._eval_note = ""  # under the held-out plot's legend until its first point
         self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
         self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
@@ -302,13 +254,12 @@ class DashboardView(QWidget):
         return self._ranges.get((id(plot), "x"), (0.0, 10.0)), self._ranges.get((id(plot), "y"), (0.0, 1.0))
 
     def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int,
-                 budget: int) -> int:
+                 budget: int, known: tuple[str, ...]) -> int:
         """Curves for names seen for the first time, at most `budget` of them (the rest at the next
         refresh: the first round brings a dozen at once); returns how many were made."""
         new = [(name, ring) for name, ring in rings.items() if name not in curves][:budget]
         for name, ring in new:
-            color = PLOT_COLORS[len(curves) % len(PLOT_COLORS)]
-            curves[name] = _Curve(plot, ring, color, name=name)
+            curves[name] = _Curve(plot, ring, series_color(name, known), name=name)
             self._groups[group].append(curves[name])
             self._curves.append(curves[name])  # its plot's ranges follow it too
         if new:  # one title change for all of them
@@ -326,13 +277,15 @@ class DashboardView(QWidget):
             rows.append(f"<i>{html.escape(self._eval_note)}</i>")
         plot.setTitle(f"{self._titles[plot]}<br><span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
 
-    def set_eval_every(self, every: int | None) -> None:
-        if every != self._eval_every:
-            self._eval_every = every
+    def set_eval_every(self, every: int | None, every_s: float | None = None) -> None:
+        """The node's held-out schedule: every `every` rounds and/or `every_s` seconds of training."""
+        if (every, every_s) != (self._eval_every, self._eval_every_s):
+            self._eval_every, self._eval_every_s = every, every_s
             self._update_eval_note()
+            self.your_model.refresh(every, every_s)
 
     def _update_eval_note(self) -> None:
-        note = eval_note(self._eval_every, len(self.model.series["pass1"]), self.model.rounds)
+        note = eval_note(self._eval_every, len(self.model.series["pass1"]), self.model.rounds, self._eval_every_s)
         if note != self._eval_note:
             self._eval_note = note
             self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
@@ -341,8 +294,8 @@ class DashboardView(QWidget):
         """Redraw the next group of plots that changed (all of them with `full`)."""
         model = self.model
         budget = len(model.specialty) + len(model.phases) if full else NEW_CURVES_PER_REFRESH
-        budget -= self._dynamic(self._specialty_curves, model.specialty, self.specialty_plot, 1, budget)
-        self._dynamic(self._phase_curves, model.phases, self.phase_plot, 2, budget)
+        budget -= self._dynamic(self._specialty_curves, model.specialty, self.specialty_plot, 1, budget, SPECIALTIES)
+        self._dynamic(self._phase_curves, model.phases, self.phase_plot, 2, budget, PHASES)
         for _ in range(len(self._groups)):
             group = self._groups[self._next_group]
             self._next_group = (self._next_group + 1) % len(self._groups)
@@ -355,6 +308,7 @@ class DashboardView(QWidget):
             return
         self._seen_version = model.version
         self._update_eval_note()
+        self.your_model.refresh(self._eval_every, self._eval_every_s)
         text = curriculum_text(model) if model.rounds else NO_ROUNDS_HINT
         if text != self._status_text:  # the rungs change every few rounds at most
             self._status_text = text

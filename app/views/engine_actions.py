@@ -16,6 +16,8 @@ from app.bridge import EngineSession
 from app.views.machine import progress_text, short_model_name
 from engine.control.api import ModelProgress
 
+HISTORY_LIMIT = 2000  # rounds of a model the dashboard reloads (its totals count all of them)
+
 if TYPE_CHECKING:
     from PySide6.QtWidgets import QStatusBar
 
@@ -55,6 +57,20 @@ class EngineActions:
                 s.status_stale = False
                 self.refresh_status(s)
         s.bridge.call("status", None, reply)
+
+    def reload_history(self, session: EngineSession) -> None:
+        """The dashboard switched to a model whose stored record it lacks (a model trained before and
+        switched back to): ask for it; the rounds, evals and totals arrive with the reply."""
+        dashboard = session.model.dashboard
+        if not dashboard.wants_history or not session.model.node.connected:
+            return
+        dashboard.wants_history = None  # one call; a failed one waits for the next reconnect
+
+        def reply(result: Any, _error: str | None) -> None:
+            if isinstance(result, dict):
+                session.model.load_history({k: result.get(k, []) for k in ("rounds", "evals")}
+                                           | {"totals": result.get("totals")})
+        session.bridge.call("history", {"limit": HISTORY_LIMIT}, reply)
 
     # --- actions (all non-blocking; on the engine shown unless told which) ----------------------------
     def _call(self, method: str, params: dict[str, Any] | None = None,

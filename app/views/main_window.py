@@ -203,6 +203,7 @@ class MainWindow(EngineActions, QMainWindow):
                     identity_changed |= isinstance(item, (StateChanged, ModelProgress))
             if identity_changed:
                 self.refresh_status(session)
+            self.reload_history(session)  # only after a switch to a model trained here before
         self._update_header()
         self._refresh_views()
 
@@ -216,7 +217,7 @@ class MainWindow(EngineActions, QMainWindow):
             self._swarm_polled = now  # the swarm's and the contribution's counters come with `status` only
             self.refresh_status()
         self.machine.show_progress(self.model.progress)
-        self.dashboard.set_eval_every(self.model.node.eval_every)
+        self.dashboard.set_eval_every(self.model.node.eval_every, self.model.node.eval_every_s)
         for alert in self.fleet.tick():  # an engine of the fleet stopped, went silent or crashed
             self.home.model.log.add("warning", alert)
             self.statusBar().showMessage(alert, 15000)

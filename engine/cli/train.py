@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.models.catalog import short_name
 from engine.paths import SEED_MODEL_DIR, default_data_dir
+
+MODEL_COLUMN = 24  # characters of a model's name in `sapo history` (SmolLM2-135M-Instruct is 21)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -208,10 +211,11 @@ def run_history(args: argparse.Namespace) -> int:
                 print(f"{n} rounds -> {args.csv}")
             return 0
         rows = store.rounds(limit=args.last)
-        print(f"{'round':>6} {'ver':>5} {'reward':>7} {'zero-std':>8} {'loss':>8} {'clip':>6} {'entropy':>7} "
-              f"{'len':>5} {'tok/s':>6} {'sec':>6} {'own':>5} {'sugg':>5} {'peer':>5} {'cpu% o/s/p':>11}")
-        for r in rows:
-            print(f"{r['round']:>6} {r['policy_version']:>5} {r['reward_mean'] or 0:>7.3f} "
+        width = max([len("model")] + [len(model_cell(r["model"])) for r in rows])
+        print(f"{'model':<{width}} {'round':>6} {'ver':>5} {'reward':>7} {'zero-std':>8} {'loss':>8} {'clip':>6} "
+              f"{'entropy':>7} {'len':>5} {'tok/s':>6} {'sec':>6} {'own':>5} {'sugg':>5} {'peer':>5} {'cpu% o/s/p':>11}")
+        for r in rows:  # rounds are numbered per model: the model column says whose round it is
+            print(f"{model_cell(r['model']):<{width}} {r['round']:>6} {r['policy_version']:>5} {r['reward_mean'] or 0:>7.3f} "
                   f"{r['frac_reward_zero_std'] or 0:>8.2f} {r['loss'] or 0:>+8.4f} {r['clip_fraction'] or 0:>6.3f} "
                   f"{r['entropy'] or 0:>7.2f} {r['completion_len_mean'] or 0:>5.1f} {r['tokens_per_s'] or 0:>6.0f} "
                   f"{r['seconds_total'] or 0:>6.2f} {source_cells(r)}")
@@ -221,8 +225,15 @@ def run_history(args: argparse.Namespace) -> int:
         if evals:
             print("\nheld-out evals:")
             for ev in evals:
-                print(f"  round {ev['round']:>6} ({ev['kind']}): pass@1 {ev['pass1']:.4f}  pass@{ev['k']} {ev['passk']:.4f}")
+                print(f"  {model_cell(ev['model'])} round {ev['round']:>6} ({ev['kind']}): pass@1 {ev['pass1']:.4f}  "
+                      f"pass@{ev['k']} {ev['passk']:.4f}")
     return 0
+
+
+def model_cell(model: str) -> str:
+    """A model as `sapo history` names it: what a contributor calls it, cut to the column ("-" for rows
+    written before the store kept the model)."""
+    return short_name(model)[:MODEL_COLUMN] if model else "-"
 
 
 # Where a round's groups came from (store columns `<source>_groups`, `<source>_mixed`, `seconds_<source>`).

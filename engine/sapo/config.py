@@ -15,8 +15,9 @@ Presets:
              the prompt, the adaptive curriculum (free to go below the entry rung: +0.08 held-out
              pass@1 against the entry rung as a floor), a format reward fading out over 40 rounds, LoRA at
              lr 3e-4, no KL reference (a second 135M forward per round for little: LoRA stays near
-             its base). A held-out eval every 100 rounds (~20 min; 4 samples of 16 questions per
-             specialty, ~1.5 min on 2 cores). bench/real_learning.md measures it.
+             its base). A held-out eval at the start and after every 30 min of training (4 samples of
+             16 questions per specialty, ~1.5 min on 2 cores: ~5% of the time; by time, not rounds,
+             because a round takes 10-70 s here). bench/real_learning.md measures it.
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ class SapoConfig:
     checkpoint_overhead: float = 0.02
     checkpoint_every: int = 0  # ... and every N rounds; 0 = no round rule
     keep_checkpoints: int = 2  # newest checkpoints kept on disk
-    eval_every: int = 100  # rounds between held-out evaluations; 0 = never during training
+    eval_every: int = 100  # rounds between held-out evaluations; 0 = no round rule
+    # ... and after every this many seconds of training (the rounds' own time, not evals' or pauses'), the
+    # rule for real models, whose rounds vary from 10 s to a minute; 0 = no time rule. With either rule on,
+    # a model's first round here starts with a baseline eval (round 0): where it started.
+    eval_every_s: float = 0.0
     eval_per_specialty: int = 32  # held-out questions per specialty
     eval_k: int = 8  # samples per held-out question (pass@k)
     eval_seed: int = 424242  # held-out question set and its sampling seed (fixed across runs)
@@ -182,6 +187,7 @@ class SapoConfig:
         _int("checkpoint_every", self.checkpoint_every, 0)
         _int("keep_checkpoints", self.keep_checkpoints, 1, 1000)
         _int("eval_every", self.eval_every, 0)
+        _float("eval_every_s", self.eval_every_s, 0.0, 30 * 86400.0)
         _int("eval_per_specialty", self.eval_per_specialty, 1, 10000)
         _int("eval_k", self.eval_k, 1, 64)
         _int("eval_seed", self.eval_seed, 0, 2**62)
@@ -225,8 +231,8 @@ PRESETS: dict[str, SapoConfig] = {
                             eval_per_specialty=16, eval_every=200, max_origin_share=0.5),
     "cpu-real": SapoConfig(num_local=2, completions=16, lr=3e-4, sampling=SampleConfig(max_new_tokens=24),
                            prompt_style="chat-fewshot", prompt_shots=3, curriculum=CurriculumConfig(enabled=True),
-                           format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=100, eval_k=4,
-                           max_origin_share=0.5),
+                           format_reward=0.5, format_reward_rounds=40, eval_per_specialty=16, eval_every=0,
+                           eval_every_s=1800.0, eval_k=4, max_origin_share=0.5),
 }
 
 

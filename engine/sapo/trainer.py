@@ -10,6 +10,7 @@ checkpointed, so `Trainer.resume` continues exactly: same next batch, same next 
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
 from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
+from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
@@ -122,6 +124,7 @@ class Trainer:
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
         self.work_since_checkpoint = 0.0  # training seconds a crash now would lose
+        self.eval_clock = 0.0  # training seconds since the last held-out eval (cfg.eval_every_s), checkpointed
         self.last_checkpoint_seconds: float | None = None  # what the newest checkpoint write cost
         self.discarded_rounds: list[int] = []  # rounds the store held past the resumed checkpoint
         self._checkpointed: tuple[int, int] | None = None  # (round, policy_version) of the newest checkpoint
@@ -129,6 +132,7 @@ class Trainer:
     # -- the round --------------------------------------------------------------------------------
     def run_round(self, external: Sequence[VerifiedGroup] = ()) -> RoundResult:
         cfg, lib = self.cfg, self._lib
+        self._baseline_eval()
         t0 = time.perf_counter()
         round_no = self.round + 1
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
@@ -213,13 +217,7 @@ class Trainer:
         self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
-        rungs = dict(self.curriculum.rungs) if cfg.curriculum.enabled else {}
-        if self.store is not None:
-            self.store.record_round(round_no, self.policy_version, metrics, per_spec, phases,
-                                    len(kept_ids), len(used_ext), rungs=rungs, model=self.model_id)
-        self._emit(RoundCompleted(round=round_no, policy_version=self.policy_version, metrics=dict(metrics),
-                                  per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
-                                  num_local=len(kept_ids), num_external=len(used_ext), rungs=rungs))
+        self._record_round(metrics, per_spec, phases, len(kept_ids), len(used_ext))
         report, ckpt = self._eval_and_checkpoint(round_no, t0)
         return RoundResult(round=round_no, policy_version=self.policy_version,
                            local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
@@ -240,11 +238,36 @@ class Trainer:
                 self.sources.observe(source, int(metrics[f"{source}_groups"]), int(metrics[f"{source}_mixed"]),
                                      metrics[f"seconds_{source}"])
 
-    def _eval_and_checkpoint(self, round_no: int, t0: float) -> tuple[EvalReport | None, Path | None]:
-        """The held-out eval when this round is due one; a checkpoint when the work since the last is due
-        one (`t0`: when this round started)."""
+    def _record_round(self, metrics: dict[str, float], per_spec: dict[str, float], phases: dict[str, float],
+                      num_local: int, num_external: int) -> None:
+        """Store the finished round and emit it; its metrics say when the next held-out eval comes."""
+        self.eval_clock += phases["total"]
+        due_in = eval_due_in(self.cfg, self.round, self.eval_clock, phases["total"])
+        if due_in is not None:  # not a store column: the dashboard's "next check in ~N min"
+            metrics["eval_due_in_s"] = due_in
+        rungs = dict(self.curriculum.rungs) if self.cfg.curriculum.enabled else {}
+        if self.store is not None:
+            self.store.record_round(self.round, self.policy_version, metrics, per_spec, phases,
+                                    num_local, num_external, rungs=rungs, model=self.model_id)
+        self._emit(RoundCompleted(round=self.round, policy_version=self.policy_version, metrics=dict(metrics),
+                                  per_specialty_reward=dict(per_spec), phase_seconds=dict(phases),
+                                  num_local=num_local, num_external=num_external, rungs=rungs, model=self.model_id))
+
+    def _baseline_eval(self) -> None:
+        """Before a model's first update here, a held-out eval at round 0: where it started, what every
+        later eval is read against. Only on a node that keeps a store (harnesses without one evaluate on
+        their own schedule), with evals on, and once (a restart before the first checkpoint finds it)."""
         cfg = self.cfg
-        report = self.evaluate_heldout() if cfg.eval_every and round_no % cfg.eval_every == 0 else None
+        if self.round or self.store is None or not (cfg.eval_every or cfg.eval_every_s):
+            return
+        if not self.store.evals(kind="heldout", model=self.model_id):
+            self.evaluate_heldout()
+
+    def _eval_and_checkpoint(self, round_no: int, t0: float) -> tuple[EvalReport | None, Path | None]:
+        """The held-out eval when this round is due one (by rounds or by training time); a checkpoint when
+        the work since the last is due one (`t0`: when this round started)."""
+        cfg = self.cfg
+        report = self.evaluate_heldout() if eval_due(cfg, round_no, self.eval_clock) else None
         self.work_since_checkpoint += time.perf_counter() - t0
         if self.checkpoint_dir is not None and checkpoint_due(
                 round_no, self.work_since_checkpoint, self.last_checkpoint_seconds, every=cfg.checkpoint_every,
@@ -296,11 +319,12 @@ class Trainer:
                           seed=self.cfg.eval_seed, prompt=self.prompt, generator=self.generator,
                           policy_version=self.policy_version, progress=progress if record else None)
         if record:
+            self.eval_clock = 0.0
             if self.store is not None:
                 self.store.record_eval(self.round, self.policy_version, report.to_dict(), model=self.model_id)
             per = {name: {"pass1": s.pass1, "passk": s.passk} for name, s in report.per_specialty.items()}
             self._emit(EvalCompleted(round=self.round, pass1=report.pass1, passk=report.passk, k=report.k,
-                                     per_specialty=per))
+                                     per_specialty=per, model=self.model_id))
         return report
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -317,7 +341,7 @@ class Trainer:
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
-                 "sources": self.sources.state_dict()}
+                 "sources": self.sources.state_dict(), "eval_clock": self.eval_clock}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
@@ -338,6 +362,8 @@ class Trainer:
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
         self.sources.load_state(ckpt.extra.get("sources"))
+        clock = ckpt.extra.get("eval_clock")
+        self.eval_clock = float(clock) if isinstance(clock, (int, float)) and math.isfinite(clock) and clock >= 0 else 0.0
         if self.j_bandit is not None:
             self.j_bandit.load_state(ckpt.extra.get("adaptive_j"))
         self.reputation_snapshot = self.reputation.snapshot()

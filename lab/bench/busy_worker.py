@@ -114,7 +114,7 @@ def load(args: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     loaded = load_for_node(args["model"], "llamacpp", "cpu", Path(args["data_dir"]), llamacpp_cfg=cfg_llama)
     cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
-        "num_external": 0, "eval_every": 0, "checkpoint_every": 0})
+        "num_external": 0, "eval_every": 0, "eval_every_s": 0.0, "checkpoint_every": 0})
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, train_mix(args["specialties"]), None, None,
                       seed=args["seed"], model_id=loaded.model_id, generator=loaded.generator,
                       reward_fn=_alternating())

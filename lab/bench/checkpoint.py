@@ -31,7 +31,7 @@ def _measure(model: str, work: Path, repeats: int) -> dict[str, Any]:
 
     loaded = load_for_node(model, "auto", "cpu", work)
     cfg = preset("cpu-small" if model == "seed" else "cpu-real").replace(
-        checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0)
+        checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0, eval_every_s=0.0)
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, tasks.preset("rl"), None, work / "ckpt", seed=0,
                       model_id=loaded.model_id, generator=loaded.generator)
     rounds = [trainer.run_round().phase_seconds["total"] for _ in range(2)]

@@ -102,7 +102,8 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     loaded = load_for_node(model, "llamacpp", "cpu", Path(data_dir))
     cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
-        "num_external": external if arm == "mixed" else 0, "eval_every": 0} | overrides)  # the judge is ours
+        "num_external": external if arm == "mixed" else 0, "eval_every": 0, "eval_every_s": 0.0}
+        | overrides)  # the judge is ours
     mix = train_mix(specialties)
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, mix, None, None, seed=seed, model_id=loaded.model_id,
                       generator=loaded.generator)

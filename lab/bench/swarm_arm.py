@@ -55,7 +55,7 @@ def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int,
     loaded = load_for_node(model, "llamacpp", "cpu", data_dir)
     cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
-        "eval_every": 0, "checkpoint_every": 0} | ARMS[arm] | overrides)
+        "eval_every": 0, "eval_every_s": 0.0, "checkpoint_every": 0} | ARMS[arm] | overrides)
     mix = train_mix(node_specialties(setting, k, specialties))
     return Trainer(loaded.model, loaded.tokenizer, cfg, mix, None, None, seed=seed * 100 + k,
                    model_id=loaded.model_id, generator=loaded.generator), loaded

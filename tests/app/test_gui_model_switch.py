@@ -11,11 +11,10 @@ import pytest
 from conftest import EngineThread
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
+from test_gui_window import connected_window
 
-from app.bridge import EngineBridge
 from app.views.main_window import MainWindow
 from engine.control.api import ModelProgress
-from engine.control.token import read_token
 from engine.paths import SEED_MODEL_DIR
 
 WAIT_MS = 15_000
@@ -23,12 +22,8 @@ WAIT_MS = 15_000
 
 @pytest.fixture
 def window(qtbot: QtBot, engine: EngineThread) -> Iterator[MainWindow]:
-    bridge = EngineBridge(engine.url, lambda: read_token(engine.data_dir), reconnect_s=0.1)
-    win = MainWindow(bridge, refresh_ms=50, use_tray=False)
-    qtbot.addWidget(win)
-    bridge.start()
-    win.show()
-    qtbot.waitUntil(lambda: win.model.node.connected and win.machine.table.rowCount() > 0, timeout=WAIT_MS)
+    win = connected_window(qtbot, engine)
+    qtbot.waitUntil(lambda: win.machine.table.rowCount() > 0, timeout=WAIT_MS)
     win.tabs.setCurrentWidget(win.machine)
     yield win
     win.shutdown()
@@ -86,11 +81,15 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     assert view.switch_button.isEnabled() and not view.progress.isVisible()
     assert view.progress_label.property("role") == "hint"
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: engine.status()["round"] >= before + 2, timeout=WAIT_MS)
+    # rounds are numbered per model: B counts from its own round 1, and the dashboard shows B's rounds
+    qtbot.waitUntil(lambda: window.model.dashboard.model == "tiny-b" and window.model.dashboard.rounds >= 2,
+                    timeout=WAIT_MS)
     assert engine.status()["model"] == "tiny-b" and window.stats["model"].text() == "tiny-b"
     qtbot.waitUntil(lambda: any("ready: tiny-b on cpu" in line.message for line in window.model.log.lines),
                     timeout=WAIT_MS)
-    assert window.model.dashboard.rounds >= before + 1  # the dashboard keeps counting across the switch
+    assert window.model.dashboard.series["reward"].x[0] == 1 and before >= 1
+    qtbot.waitUntil(lambda: window.stats["round"].text() == f"{window.model.node.round:,}", timeout=WAIT_MS)
+    assert window.model.node.round < before + window.model.dashboard.rounds  # B's count, not A's continued
     switched = list((engine.data_dir / "checkpoints" / "models").glob("tiny-b-*"))
     assert len(switched) == 1
 

@@ -32,7 +32,7 @@ def _window(qtbot: QtBot, bridge: EngineBridge) -> MainWindow:
     return window
 
 
-def _connected_window(qtbot: QtBot, engine: EngineThread) -> MainWindow:
+def connected_window(qtbot: QtBot, engine: EngineThread) -> MainWindow:
     bridge = EngineBridge(engine.url, lambda: read_token(engine.data_dir), reconnect_s=0.1,
                           url_provider=lambda: (info := read_control_info(engine.data_dir)) and info.url)
     win = _window(qtbot, bridge)
@@ -42,14 +42,14 @@ def _connected_window(qtbot: QtBot, engine: EngineThread) -> MainWindow:
 
 @pytest.fixture
 def window(qtbot: QtBot, engine: EngineThread) -> Iterator[MainWindow]:
-    win = _connected_window(qtbot, engine)
+    win = connected_window(qtbot, engine)
     yield win
     win.shutdown()
 
 
 @pytest.fixture
 def swarm_window(qtbot: QtBot, swarm_engine: EngineThread) -> Iterator[MainWindow]:
-    win = _connected_window(qtbot, swarm_engine)
+    win = connected_window(qtbot, swarm_engine)
     yield win
     win.shutdown()
 
@@ -123,7 +123,7 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
 
 def test_pause_after_round_then_resume(qtbot: QtBot, slow_engine: EngineThread) -> None:
     engine = slow_engine
-    window = _connected_window(qtbot, engine)
+    window = connected_window(qtbot, engine)
     model = window.model
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: engine.status()["round"] >= 1 and window.pause_button.isVisible(), timeout=WAIT_MS)

@@ -60,7 +60,10 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     model_a, model_b = models
     node, seen = make_node(tmp_path, model_a)
 
+    before = 0
+
     async def main() -> None:
+        nonlocal before
         await node.join()
         await wait_for(node, lambda: node.status()["round"] >= 2)
         await node.leave()
@@ -68,7 +71,7 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
         await node.select_model(str(model_b))
         assert node.status()["model"] == "tiny-b" and node.status()["state"] == "stopped"
         await node.join()
-        await wait_for(node, lambda: node.status()["round"] >= before + 3)
+        await wait_for(node, lambda: sum(isinstance(e, RoundCompleted) and e.model == "tiny-b" for e in seen) >= 3)
         await node.leave()
 
     asyncio.run(main())
@@ -76,11 +79,12 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     assert phases == ["load", "ready"]
     status = node.status()
     assert status["model"] == "tiny-b" and node.error is None
-    # rounds counted on: the store holds every round once, A's then B's
+    # rounds are numbered per model: B starts at its own round 1, A's rounds stay A's; the history is B's
     rounds = [r["round"] for r in node.history()["rounds"]]
     assert rounds == list(range(1, status["round"] + 1))
-    events = [e.round for e in seen if isinstance(e, RoundCompleted)]
-    assert events == rounds
+    events = [(e.model, e.round) for e in seen if isinstance(e, RoundCompleted)]
+    assert events == [("tiny-a", n) for n in range(1, before + 1)] + [("tiny-b", n) for n in rounds]
+    assert [r["round"] for r in node.store.rounds(model="tiny-a")] == list(range(1, before + 1))
     # each model checkpoints into its own folder: B's weights never load into A or the other way
     assert model_of(latest_checkpoint(tmp_path / "checkpoints")) == "tiny-a"
     b_dirs = list((tmp_path / "checkpoints" / "models").iterdir())

@@ -102,13 +102,17 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
     assert [(g.completions, why) for g, why in second.dropped_external] == [(flat.completions, "zero_advantage")]
     assert second.eval is not None and second.eval.k == 2
     progress = [(e.phase, e.round) for e in events if isinstance(e, WorkProgress)]
+    baseline = progress.index(("generating", 1))  # the model's first round here began with a baseline eval
+    assert baseline and set(progress[:baseline]) == {("evaluating", 0)}
+    progress = progress[baseline:]
     assert progress[:4] == [("generating", 1), ("updating", 1), ("generating", 2), ("updating", 2)]
     assert {phase for phase, _ in progress[4:]} == {"evaluating"}  # before each batch of held-out questions
     events = [e for e in events if not isinstance(e, WorkProgress)]
     kinds = [type(e) for e in events]
-    assert kinds == [RoundCompleted, RoundCompleted, EvalCompleted]
-    assert isinstance(events[1], RoundCompleted) and events[1].num_external == 1
-    assert trainer.store is not None and len(trainer.store.evals()) == 1
+    assert kinds == [EvalCompleted, RoundCompleted, RoundCompleted, EvalCompleted]
+    assert isinstance(events[2], RoundCompleted) and events[2].num_external == 1
+    assert {e.model for e in events if isinstance(e, (RoundCompleted, EvalCompleted))} == {"seed"}
+    assert trainer.store is not None and [e["round"] for e in trainer.store.evals()] == [0, 2]
     assert set(second.phase_seconds) == {"generate", "score", "prepare", "update", "total"}
 
 
