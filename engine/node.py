@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,61 +24,20 @@ from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChang
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.machine_load import PauseTimer, ThreadPacer
-from engine.memory import HeapTrimmer, MemoryConfig
+from engine.memory import HeapTrimmer
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
 from engine.models.resolve import pace_threads, release_model
+from engine.node_config import NodeConfig
 from engine.node_swarm import NodeSwarm
-from engine.sapo.config import SapoConfig
 from engine.sapo.step import step
 from engine.settings import ContributorSettings
-from engine.swarm.config import SwarmConfig
 
 log = logging.getLogger("sapo.node")
 
+__all__ = ["Node", "NodeConfig"]
+
 GUARD_RECHECK_S = 5.0  # how often a paused node re-reads battery / idle / temperature
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    """One node process."""
-
-    data_dir: Path  # identity, settings, node.db, checkpoints
-    model: str = "seed"  # catalog id, or a local model directory
-    mix: str = "rl"  # task mix preset (engine.tasks.PRESETS); "rl" excludes gameable specialties
-    sapo: SapoConfig = field(default_factory=SapoConfig)  # the trainer (I, J, L, lr, strategy, ...)
-    # The trainer for pretrained (non-seed) models, e.g. the cpu-real preset: few-shot chat prompts, the
-    # curriculum, the format warm-up. None = `sapo` for every model. A switch of models switches it too.
-    real_sapo: SapoConfig | None = None
-    swarm: SwarmConfig = field(default_factory=SwarmConfig)  # links, mDNS, bootstrap, pool
-    solo: bool = False  # never open swarm links (J is forced to 0)
-    rounds: int = 0  # stop (and leave) after this many rounds in this run; 0 = until told to
-    seed: int = 0  # RNG seed of this node's question draws and sampling
-    device: str | None = None  # "cpu" / "cuda" / "mps"; None = the best available (GPU setting allowing)
-    backend: str = "auto"  # engine.models.backends.BACKENDS; "auto" = sapo doctor's fit for this model
-    llamacpp: Any = None  # engine.models.llamacpp.LlamaCppConfig for the llama.cpp backend; None = its defaults
-    memory: MemoryConfig = field(default_factory=MemoryConfig)  # native heap trims between rounds
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
-            raise ValueError("rounds must be an int >= 0")
-        if self.device not in (None, "cpu", "cuda", "mps"):
-            raise ValueError("device must be cpu, cuda or mps")
-        from engine.models.backends import BACKENDS
-
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if not isinstance(self.sapo, SapoConfig) or not isinstance(self.swarm, SwarmConfig):
-            raise TypeError("sapo and swarm must be SapoConfig and SwarmConfig")
-        if not isinstance(self.memory, MemoryConfig):
-            raise TypeError("memory must be a MemoryConfig")
-        if self.real_sapo is not None and not isinstance(self.real_sapo, SapoConfig):
-            raise TypeError("real_sapo must be a SapoConfig or None")
-        if self.llamacpp is not None:
-            from engine.models.llamacpp import LlamaCppConfig
-
-            if not isinstance(self.llamacpp, LlamaCppConfig):
-                raise TypeError("llamacpp must be a LlamaCppConfig or None")
 
 
 class Node:
