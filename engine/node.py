@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from engine.ask import AskDesk
 from engine.bus import EventBus
 from engine.contribution import Contribution
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
@@ -32,6 +33,7 @@ from engine.node_config import NodeConfig
 from engine.node_swarm import NodeSwarm
 from engine.sapo.step import step
 from engine.settings import ContributorSettings
+from engine.tasks import preset as task_mix
 
 log = logging.getLogger("sapo.node")
 
@@ -79,6 +81,7 @@ class Node:
         self._pacer = ThreadPacer()  # each round's threads: the cores lent that other work leaves free
         self._threads: dict[str, Any] = {}  # the last choice (engine.machine_load.ThreadChoice)
         self._pause = PauseTimer()  # a long pause releases the model's memory
+        self._desk = AskDesk(list(task_mix(config.mix).specialties), config.seed, self.bus.publish)  # "Try it"
         from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
@@ -113,6 +116,7 @@ class Node:
         if not self.config.solo:
             await self.net.start(self._model_id())
         self._worker = threading.Thread(target=self._work, name="sapo-trainer", daemon=True)
+        self._desk.open()
         self._worker.start()
 
     async def leave(self) -> None:
@@ -172,6 +176,16 @@ class Node:
         return {**self.store.model_history(limit),
                 "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers(),
                 "frame_refusals": self.store.refusal_totals()}
+
+    async def ask(self, specialty: str = "", text: str = "") -> dict[str, Any]:
+        """Your model's and the starting model's answers to a question, between rounds (engine.ask)."""
+        answer = self._desk.submit(specialty, text)
+        self._wake.set()  # a paused worker answers at once
+        return await asyncio.wrap_future(answer)
+
+    def recent_groups(self) -> dict[str, Any]:
+        """The node's own last groups: question, a few completions, rewards (newest first)."""
+        return self._desk.recent()
 
     def machine(self) -> dict[str, Any]:
         from engine import doctor
@@ -234,9 +248,11 @@ class Node:
                     self._set_state("stopped", self.error)
                     break
                 if not self._may_run_now():
+                    self._desk.answer(trainer, self._built_model)  # paused: a question is answered at once
                     if trainer is not None and self._pause.release_due():
                         release_model(trainer, self.bus.publish)  # checkpointed, llama.cpp's copy freed
                         trainer = None
+                        self._desk.forget_model()
                         self._pause.freed()
                     continue
                 if trainer is None or self._built_model != self._model:  # released, or select_model while paused
@@ -246,6 +262,7 @@ class Node:
                     if self._pause.released:  # progress while the model loads again after a long pause
                         self._set_state("joining", "loading the model again after the pause")
                     trainer, self._pause.released = self._build_trainer(), False
+                self._desk.answer(trainer, self._built_model)  # between rounds: never racing the update
                 self._set_state("in_swarm" if self.net.peer_count() else "solo", training=True)
                 self._threads = pace_threads(self._pacer, self._device, self.settings.cpu_cores, trainer.generator)
                 self._run_one_round(trainer)
@@ -259,6 +276,7 @@ class Node:
             if self._loop is not None and not self._loop.is_closed():
                 self._loop.call_soon_threadsafe(self.crashed.set)
         finally:
+            self._desk.close(f"training stopped: {self.error}" if self.error else "the node left before answering")
             if trainer is not None:
                 trainer.save_checkpoint()
             if self._loop is not None and not self._loop.is_closed():
@@ -328,6 +346,7 @@ class Node:
         self._contribution.round_started()
         result = step(trainer, self.net)
         self.net.report_skipped(result.skipped)
+        self._desk.keep_round(result.local_groups)
         self._contribution.round_done()
         with self._lock:
             self._round, self._policy_version = result.round, result.policy_version

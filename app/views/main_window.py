@@ -37,6 +37,7 @@ from app.views.machine import MachineView
 from app.views.peers import PeersView
 from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
+from app.views.try_it import TryItView
 from engine.control.api import ModelProgress
 from engine.events import StateChanged
 from engine.fleet import FleetEntry, FleetPoller
@@ -47,9 +48,9 @@ SWARM_POLL_S = 2.0  # status polls while the Peers tab is shown (refused/dropped
 MAX_ITEMS_PER_TICK = 3000  # bounds the work of one tick, so a burst never stalls the event loop
 
 
-PER_ENGINE_TABS = (("dashboard", "Dashboard"), ("rollouts", "Shared rollouts"), ("peers", "Peers"),
-                   ("machine", "Machine"), ("settings", "Settings"), ("log_view", "Log"))
-FLEET_TAB_INDEX = 3  # after Peers: the one tab that is the same whichever engine is shown
+PER_ENGINE_TABS = (("dashboard", "Dashboard"), ("try_it", "Try it"), ("rollouts", "Shared rollouts"),
+                   ("peers", "Peers"), ("machine", "Machine"), ("settings", "Settings"), ("log_view", "Log"))
+FLEET_TAB_INDEX = 4  # after Peers: the one tab that is the same whichever engine is shown
 
 
 class MainWindow(EngineActions, QMainWindow):
@@ -136,6 +137,7 @@ class MainWindow(EngineActions, QMainWindow):
     def _build_views(self, m: AppModel) -> None:
         """The per-engine tabs, drawing `m`; built again when another engine is shown."""
         self.dashboard = DashboardView(m.dashboard)
+        self.try_it = TryItView(m.node, self.session.bridge.call)  # asks the engine shown (rebuilt on a switch)
         self.rollouts = RolloutsView(m.feed)
         self.peers = PeersView(m.peers, m.feed)
         self.machine = MachineView()

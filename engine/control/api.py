@@ -54,11 +54,18 @@ class NodeControl(Protocol):
         ...
 
     def history(self, limit: int = 2000) -> dict[str, Any]:
-        """{"rounds": [...], "evals": [...], "rollouts": [...], "peers": [...]} from the store, oldest first."""
+        """{"rounds": [...], "evals": [...], "totals": {...} | None, "rollouts": [...], "peers": [...]} from the
+        store, oldest first. Rounds are numbered per model: rounds, evals and totals are the current model's
+        (the one trained last), totals over all its rounds (`limit` bounds only the rounds sent)."""
         ...
 
     def machine(self) -> dict[str, Any]:
         """The `sapo doctor --json` object: {"device": {...}, "pick": {...}, "candidates": [...]}."""
+        ...
+
+    async def ask(self, specialty: str = "", text: str = "") -> dict[str, Any]:
+        """A question of the node's task family ("" specialty: drawn from its mix; `text`: the contributor's
+        own words) answered by the policy and the starting model between rounds, scored (engine.ask)."""
         ...
 
 

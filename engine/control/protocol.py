@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from engine.ask import MAX_QUESTION_CHARS, MAX_SPECIALTY_CHARS
 from engine.errors import SapoError
 from engine.events import Event, EventError, event_from_dict
 
@@ -100,6 +101,15 @@ def _string(max_len: int) -> Callable[[Any], str]:
     return check
 
 
+def _optional_string(max_len: int) -> Callable[[Any], str]:
+    """A string of at most `max_len` characters; "" means "not given"."""
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or len(value) > max_len:
+            raise ValueError(f"must be a string of at most {max_len} characters")
+        return value
+    return check
+
+
 def _settings_changes(value: Any) -> dict[str, Any]:
     """Shallow checks only (the node's ContributorSettings validates meaning)."""
     if not isinstance(value, dict) or len(value) > MAX_SETTINGS_KEYS:
@@ -131,10 +141,14 @@ METHODS: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     "update_settings": {"changes": (_settings_changes, _REQUIRED)},
     "history": {"limit": (_integer(1, MAX_HISTORY_LIMIT), 2000)},
     "machine": {},
+    # "Try it": a question answered by the policy and the starting model between rounds (engine.ask).
+    "ask": {"specialty": (_optional_string(MAX_SPECIALTY_CHARS), ""),
+            "text": (_optional_string(MAX_QUESTION_CHARS), "")},
     "subscribe": {"replay": (_bool, True)},
     "unsubscribe": {},
     # Optional node features: served when the node has the attribute, else NOT_SUPPORTED.
     "select_model": {"model_id": (_string(128), _REQUIRED)},
+    "recent_groups": {},  # the node's own last groups (question, completions, rewards)
     "shutdown": {},
 }
 

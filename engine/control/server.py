@@ -56,6 +56,7 @@ class _Session:
         self.subscription: Subscription | None = None
         self.pump: asyncio.Task[None] | None = None
         self.unencodable_events = 0
+        self.asking = False  # one question in flight per connection: the node's queue is shared by all
 
     def stop_pump(self) -> None:
         if self.subscription is not None:
@@ -221,6 +222,8 @@ class ControlServer:
             return node.history(limit=params["limit"])
         if method == "machine":
             return node.machine()
+        if method == "ask":
+            return await self._ask(session, params)
         if method == "subscribe":
             self._subscribe(session, params["replay"])
             return {"ok": True}
@@ -233,11 +236,29 @@ class ControlServer:
                 raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine cannot switch models yet")
             await select(params["model_id"])
             return {"ok": True}
+        if method == "recent_groups":
+            recent = getattr(node, "recent_groups", None)
+            if recent is None:
+                raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine keeps no recent groups")
+            return recent()
         if method == "shutdown":
             if self._on_shutdown is None:
                 raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine was not started with shutdown support")
             return {"ok": True}
         raise ControlProtocolError(ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}")
+
+    async def _ask(self, session: _Session, params: dict[str, Any]) -> Any:
+        ask = getattr(self.node, "ask", None)
+        if ask is None:
+            raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine cannot answer questions")
+        if session.asking:
+            raise ControlProtocolError(ErrorCode.REJECTED, "a question from this window is still waiting for "
+                                       "its answer: ask again after it")
+        session.asking = True
+        try:
+            return await ask(specialty=params["specialty"], text=params["text"])
+        finally:
+            session.asking = False
 
     def _subscribe(self, session: _Session, replay: bool) -> None:
         session.stop_pump()

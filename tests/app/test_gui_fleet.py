@@ -118,7 +118,7 @@ def test_a_fleet_engine_is_shown_in_place_and_acted_on_then_back_to_this_one(
         qtbot.waitUntil(lambda: win.stats["round"].text() == f"{trained:,}", timeout=10_000)
         assert win.header.subtitle.text().startswith("Showing box") and win.header.home_button.isVisible()
         assert "box" in win.windowTitle()
-        assert win.tabs.indexOf(win.fleet) == 3 and win.tabs.count() == 7  # the same tabs, the fleet kept
+        assert win.tabs.indexOf(win.fleet) == 4 and win.tabs.count() == 8  # the same tabs, the fleet kept
 
         qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)  # acts on the engine shown
         _wait(lambda: box.status()["round"] > trained)
