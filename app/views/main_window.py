@@ -68,6 +68,7 @@ class MainWindow(EngineActions, QMainWindow):
         self._quitting = False
         self._swarm_polled = 0.0  # last status poll for the Peers tab's swarm counters
         self._told_about_tray = False
+        self._has_tray = use_tray and QSystemTrayIcon.isSystemTrayAvailable()
         self.setWindowTitle("SAPO Swarm")
         self.setWindowIcon(app_icon())
         self.resize(1280, 820)
@@ -105,7 +106,7 @@ class MainWindow(EngineActions, QMainWindow):
         self.statusBar().showMessage(f"Connecting to the engine at {bridge.url}…")
 
         self.tray: TrayIcon | None = None
-        if use_tray and QSystemTrayIcon.isSystemTrayAvailable():
+        if self._has_tray:
             self.tray = TrayIcon(self)
             self.tray.show_action.triggered.connect(self.show_normal)
             self.tray.join_action.triggered.connect(lambda: self.toggle_join(self.home))
@@ -142,6 +143,7 @@ class MainWindow(EngineActions, QMainWindow):
         self.peers = PeersView(m.peers, m.feed)
         self.machine = MachineView()
         self.settings = SettingsView()
+        self.settings.set_tray_available(self._has_tray)
         self.log_view = LogView(m.log)
         self.settings.apply_requested.connect(self._apply_settings)
         self.settings.pause_after_round_requested.connect(lambda: self.pause_after_round())
@@ -311,12 +313,16 @@ class MainWindow(EngineActions, QMainWindow):
         self.close()
         QApplication.quit()
 
-    def shutdown(self) -> None:
-        """Stop the timer and the bridge; stop the engine too unless it should keep contributing."""
+    def shutdown(self, keep_engine: bool | None = None) -> None:
+        """Stop the timer and the bridge; stop the engine too unless it should keep contributing
+        (`keep_engine` None: the contributor's setting, honoured only where a tray icon shows the engine
+        still at work; with no tray nothing would, so closing the window stops contributing)."""
         self._quitting = True
         self.timer.stop()
         home = self.home
-        keep = bool(home.model.settings.get("keep_running_on_close", True))
+        if keep_engine is None:
+            keep_engine = self.tray is not None and bool(home.model.settings.get("keep_running_on_close", True))
+        keep = keep_engine
         if not keep and home.model.node.connected:
             error = home.bridge.call_at_exit("shutdown")
             if error is not None and self._stop_engine is not None:

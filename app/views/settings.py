@@ -134,6 +134,15 @@ class SettingsView(QWidget):
         self.snooze_label.setText(
             f"Snoozed until {time.strftime('%H:%M', time.localtime(s.snooze_until))}" if snoozed else "")
 
+    def set_tray_available(self, available: bool) -> None:
+        """Without a tray icon nothing would show an engine left running, so closing the window stops it:
+        the option is disabled and says why."""
+        self.keep_running_on_close.setEnabled(available)
+        if not available:
+            self.keep_running_on_close.setText("Keep contributing in the background when the window closes "
+                                               "(needs a system tray; without one, closing the window stops "
+                                               "contributing)")
+
     def edited(self) -> dict[str, Any]:
         return {"bootstrap_url": self.bootstrap_url.text().strip(), "lan_discovery": self.lan_discovery.isChecked(),
                 "cpu_cores": self.cpu_cores.value(), "use_gpu": self.use_gpu.isChecked(),

@@ -210,8 +210,7 @@ def measure(data_dir: Path, seconds: float) -> dict[str, Any]:
               "engine_nice": engine.nice(), "gc_max_pause_ms": max(gc_timer.pauses_ms, default=0.0),
               "cpu_count": psutil.cpu_count(), "engine_state": window.model.node.state,
               "model": window.model.node.model}
-    window.model.settings["keep_running_on_close"] = True  # the bench stops the engine itself
-    window.shutdown()
+    window.shutdown(keep_engine=True)  # the bench stops the engine itself
     return result
 
 

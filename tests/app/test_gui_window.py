@@ -143,6 +143,16 @@ def test_pause_after_round_then_resume(qtbot: QtBot, slow_engine: EngineThread) 
     window.shutdown()
 
 
+def test_with_no_tray_closing_the_window_stops_the_engine(qtbot: QtBot, engine: EngineThread) -> None:
+    """Nothing would show an engine left running: the keep-running option waits for a tray."""
+    window = connected_window(qtbot, engine)
+    assert window.tray is None and window.model.settings.get("keep_running_on_close", True)
+    option = window.settings.keep_running_on_close
+    assert not option.isEnabled() and "needs a system tray" in option.text()
+    window.close()  # a person closing the window
+    assert engine.shutdown_requested.wait(5)  # the engine was asked to stop (it checkpoints and says bye)
+
+
 def test_settings_apply_validate_and_snooze(qtbot: QtBot, window: MainWindow, engine: EngineThread) -> None:
     view = window.settings
     window.tabs.setCurrentWidget(view)
