@@ -28,7 +28,7 @@ from typing import Protocol
 from engine.sapo.records import RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm.errors import ProtocolError
-from engine.swarm.wire import group_from_wire, need_list
+from engine.swarm.wire import rollouts_from_wire
 
 SUBJECT_PREFIX = "sapo.rollouts"  # a node's key: SUBJECT_PREFIX + "." + its peer id
 
@@ -190,10 +190,7 @@ class BoardReader:
                 raise ProtocolError("bad_schema", f"a {env.type} frame on the board")
             if env.sender != key_owner:  # the board's permissions already refuse this; check anyway
                 raise ProtocolError("wrong_signer", "frame signed by another key than its slot's owner")
-            items = need_list(env.body.get("groups"), "groups", self.protocol.limits.max_groups_per_frame)
-            if not items:
-                raise ProtocolError("bad_schema", "rollouts frame without groups")
-            groups = tuple(group_from_wire(item, self.protocol.limits, signer=env.sender) for item in items)
+            groups = rollouts_from_wire(env.body, self.protocol.limits, env.sender)
         except ProtocolError as exc:
             self.protocol.refuse(exc.reason, env.sender)
             self.counters["refused"] += 1

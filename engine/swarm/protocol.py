@@ -34,11 +34,11 @@ from engine.swarm.wire import (
     group_to_wire,
     need_dict,
     need_int,
-    need_list,
     need_number,
     need_peer_id,
     parse_json,
     peers_from_wire,
+    rollouts_from_wire,
 )
 
 __all__ = [
@@ -352,10 +352,4 @@ class PeerConnection:
             raise self._refuse(exc.reason, exc.detail, env.sender) from exc
 
     def _rollouts(self, env: Envelope) -> RolloutsReceived:
-        limits = self.protocol.limits
-        items = need_list(env.body.get("groups"), "groups", limits.max_groups_per_frame)
-        if not items:
-            raise ProtocolError("bad_schema", "rollouts frame without groups")
-        # The signer must be every group's origin: a relay forwards, it never re-signs others' work.
-        groups = tuple(group_from_wire(item, limits, signer=env.sender) for item in items)
-        return RolloutsReceived(env, groups)
+        return RolloutsReceived(env, rollouts_from_wire(env.body, self.protocol.limits, env.sender))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,16 @@ def group_to_wire(group: RolloutGroup) -> dict[str, Any]:
     if summary is not None:  # receivers use only the sums: (sum, tokens, lowest) per completion, not every token
         obj["logprob_summary"] = [[total, tokens, lowest] for total, tokens, lowest in summary]
     return obj
+
+
+def rollouts_from_wire(body: Mapping[str, Any], limits: ProtocolLimits, signer: str) -> tuple[RolloutGroup, ...]:
+    """The groups of a `rollouts` frame's body, however it arrived (link, board, in-memory transport): a
+    bounded, non-empty list, every group valid and originated by the frame's `signer` (a relay forwards,
+    it never re-signs others' work)."""
+    items = need_list(body.get("groups"), "groups", limits.max_groups_per_frame)
+    if not items:
+        raise ProtocolError("bad_schema", "rollouts frame without groups")
+    return tuple(group_from_wire(item, limits, signer=signer) for item in items)
 
 
 def group_from_wire(obj: Any, limits: ProtocolLimits, signer: str | None = None) -> RolloutGroup:

@@ -1,7 +1,7 @@
 """An in-memory swarm: every agent's groups travel as signed `rollouts` frames into peers' pools.
 
 The bytes are the real protocol's (SwarmProtocol.encode_rollouts: wire records, canonical JSON,
-ed25519 signatures) and each receiver opens them with its own SwarmProtocol and group_from_wire,
+ed25519 signatures) and each receiver opens them with its own SwarmProtocol and rollouts_from_wire,
 then offers every group to its own RolloutPool, whose rescorer regenerates the question from the
 task reference, checks the hash and scores with the local verifier, exactly as a node does. Only
 the socket is missing. Time in the pools is counted in rounds (the runner sets the clock), so
@@ -21,7 +21,7 @@ from engine.swarm.config import PoolConfig, ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
 from engine.swarm.protocol import SwarmProtocol
-from engine.swarm.wire import group_from_wire
+from engine.swarm.wire import rollouts_from_wire
 
 
 def agent_identity(seed: int, agent: int) -> Identity:
@@ -97,10 +97,7 @@ class InMemorySwarm:
             env = protocol.open(frame)
             if env.type != "rollouts":
                 raise ProtocolError("bad_schema", f"unexpected {env.type} frame")
-            items = env.body.get("groups")
-            if not isinstance(items, list) or len(items) > self.limits.max_groups_per_frame:
-                raise ProtocolError("bad_schema", "groups must be a bounded list")
-            groups = [group_from_wire(item, self.limits, signer=env.sender) for item in items]
+            groups = rollouts_from_wire(env.body, self.limits, env.sender)
         except ProtocolError as exc:
             self.counters[f"refused:{exc.reason}"] += 1
             return 0
