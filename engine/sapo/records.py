@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from engine.tasks.library import Question
 
 LOCAL_PEER = "local"
+SIGNAL_TOL = 1e-9  # rewards further apart than this give a group an advantage (grpo.nonzero_advantage_groups)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class RolloutGroup:
     @property
     def is_local(self) -> bool:
         return self.provenance.origin_peer == LOCAL_PEER
+
+    @property
+    def has_signal(self) -> bool:
+        """Its rewards (this node's) are not all equal: the group has a GRPO advantage, so training on it
+        moves the policy (grpo.nonzero_advantage_groups, for one group). False until scored."""
+        rewards = self.rewards or ()
+        return bool(rewards) and max(rewards) - min(rewards) > SIGNAL_TOL
 
     def with_rewards(self, rewards: tuple[float, ...]) -> RolloutGroup:
         if len(rewards) != len(self.completions):

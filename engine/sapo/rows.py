@@ -110,7 +110,7 @@ def rollout_metrics(groups: Sequence[LocalGroup]) -> tuple[dict[str, float], dic
     lengths = [len(c.token_ids) for lg in groups for c in lg.completions]
     if not rewards:
         return {}, {}
-    zero_std = sum(1 for lg in groups if len(set(lg.group.rewards or ())) <= 1)
+    zero_std = sum(1 for lg in groups if not lg.group.has_signal)
     by_spec: dict[str, list[float]] = {}
     for lg in groups:
         by_spec.setdefault(lg.group.ref.specialty, []).extend(lg.group.rewards or ())

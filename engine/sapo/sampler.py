@@ -14,9 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import torch
-
-from engine.sapo.grpo import nonzero_advantage_groups
 from engine.sapo.records import RolloutGroup
 from engine.sapo.reputation import ReputationSampler
 
@@ -64,9 +61,7 @@ class Selection:
 
 def has_signal(groups: Sequence[RolloutGroup]) -> list[bool]:
     """Per group: True when its (local) rewards are not all equal. Groups must be scored."""
-    # One group at a time: peers may send groups of different sizes L.
-    return [bool(nonzero_advantage_groups(torch.tensor([list(g.rewards or (0.0,))], dtype=torch.float64))[0])
-            for g in groups]
+    return [g.has_signal for g in groups]
 
 
 def per_origin_cap(num_external: int, max_origin_share: float) -> int:
