@@ -102,6 +102,7 @@ class Credit:
     uses: int  # (peer, group) pairs: trainings on our groups
     peers: int  # distinct peers that trained on them
     hourly: tuple[tuple[float, int], ...]  # (hour start, uses), oldest first
+    gradient_uses: int = 0  # of the uses, those in which our group gave the peer's update a gradient
 
 
 def parse_credit(value: Any) -> Credit | None:
@@ -116,7 +117,8 @@ def parse_credit(value: Any) -> Credit | None:
                 and isinstance(item[0], (int, float)) and not isinstance(item[0], bool) and 0 <= item[0] < 1e11:
             hourly.append((float(item[0]), int(item[1])))
     shared, used, uses, peers = (int(c or 0) for c in counts)
-    return Credit(shared, used, uses, peers, tuple(hourly))
+    gradient = _count(value.get("gradient_uses")) or 0  # absent from engines before it
+    return Credit(shared, used, uses, peers, tuple(hourly), min(int(gradient), uses))
 
 
 def credit_text(credit: Credit | None) -> str:
@@ -128,7 +130,9 @@ def credit_text(credit: Credit | None) -> str:
     if not credit.uses:
         return f"Your work: {credit.shared:,} groups shared; no peer has said it trained on one yet."
     return (f"Your work: {credit.shared:,} groups shared; peers trained on {credit.used:,} of them "
-            f"({credit.uses:,} times, by {credit.peers:,} peer{'s' if credit.peers != 1 else ''}).")
+            f"({credit.uses:,} times, by {credit.peers:,} peer{'s' if credit.peers != 1 else ''}); "
+            f"{credit.gradient_uses:,} of those updates learned from your group (in the others the "
+            "peer's answers to it were all right or all wrong).")
 
 
 @dataclass

@@ -237,6 +237,7 @@ class ReceiptReceived:
     sender: str
     to: str
     keys: tuple[str, ...]
+    gradient: tuple[str, ...] = ()  # those of `keys` that gave the sender's update a gradient
 
 
 @dataclass(frozen=True)

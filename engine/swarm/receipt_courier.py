@@ -40,17 +40,22 @@ class ReceiptCourier:
         self.book.published(content_key(g) for g in groups)
 
     async def send(self, groups: Sequence[RolloutGroup]) -> int:
-        """One receipt per origin for the peers' groups this node trained on -> receipts sent."""
+        """One receipt per origin for the peers' groups this node trained on (with this node's rewards,
+        which say whether each gave the update a gradient) -> receipts sent."""
         from engine.swarm.pool import content_key
 
         if not self.config.send:
             return 0
         by_origin: dict[str, list[str]] = {}
+        moved: set[str] = set()  # groups whose rewards here gave this round's update a gradient
         for g in groups:
-            by_origin.setdefault(g.provenance.origin_peer, []).append(content_key(g))
+            key = content_key(g)
+            by_origin.setdefault(g.provenance.origin_peer, []).append(key)
+            if g.has_signal:
+                moved.add(key)
         sent = 0
         for origin, keys in by_origin.items():
-            frame = self.protocol.encode("receipt", receipt_body(origin, keys[:MAX_GROUPS_PER_RECEIPT]))
+            frame = self.protocol.encode("receipt", receipt_body(origin, keys[:MAX_GROUPS_PER_RECEIPT], moved))
             link = self._link_to(origin)
             try:
                 if link is not None:
@@ -66,7 +71,7 @@ class ReceiptCourier:
         return sent
 
     def received(self, event: p.ReceiptReceived) -> int:
-        return self.book.receive(event.sender, event.to, event.keys)
+        return self.book.receive(event.sender, event.to, event.keys, event.gradient)
 
     def from_board(self, data: bytes) -> None:
         """A frame from this node's board inbox: checked like any frame (size, signature, replay, rate)."""
@@ -80,11 +85,11 @@ class ReceiptCourier:
         try:
             if env.type != "receipt":
                 raise ProtocolError("unexpected", f"{env.type} frame in the receipts inbox")
-            to, keys = receipt_from_wire(env.body)
+            to, keys, gradient = receipt_from_wire(env.body)
         except ProtocolError as exc:
             self.protocol.refuse(exc.reason, env.sender)
             return
-        self.book.receive(env.sender, to, keys)
+        self.book.receive(env.sender, to, keys, gradient)
 
     def stats(self) -> dict[str, Any]:
         return {**self.book.summary(), "sent": self.sent}

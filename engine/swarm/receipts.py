@@ -1,7 +1,8 @@
 """Receipts: "I trained on your group", so a contributor sees what the work of their machine earned.
 
 A node that trains on peers' groups sends each origin, once per round, one signed `receipt` frame
-naming the groups it used (their content keys), over a direct link or through the board (NATS
+naming the groups it used (their content keys) and which of them gave its update a gradient (rewards
+not all equal under its verifier: a group it trained on that taught nothing is said so), over a direct link or through the board (NATS
 subject `sapo.receipts.<origin>`, which only that origin may read). Sending is optional
 (`ReceiptConfig.send`), and so is believing: the origin counts a receipt only for groups it really
 published (it remembers its own recent content keys), once per (peer, group), within a per-peer
@@ -60,13 +61,17 @@ def receipt_subject(peer_id: str) -> str:
     return f"{RECEIPT_PREFIX}.{peer_id}"
 
 
-def receipt_body(origin: str, keys: Sequence[str]) -> dict[str, Any]:
-    """The body of one receipt frame: to whom, and which of its groups (content keys)."""
-    return {"to": origin, "groups": list(keys[:MAX_GROUPS_PER_RECEIPT])}
+def receipt_body(origin: str, keys: Sequence[str], gradient: Iterable[str] = ()) -> dict[str, Any]:
+    """The body of one receipt frame: to whom, which of its groups (content keys), and which of those
+    gave the update a gradient (their rewards here were not all equal; the others taught nothing)."""
+    groups = list(keys[:MAX_GROUPS_PER_RECEIPT])
+    moved = set(gradient)
+    return {"to": origin, "groups": groups, "gradient": [k for k in groups if k in moved]}
 
 
-def receipt_from_wire(body: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """(to, content keys) of a receipt body; ProtocolError("bad_schema") when it is not one."""
+def receipt_from_wire(body: dict[str, Any]) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(to, content keys, those that gave a gradient) of a receipt body; ProtocolError("bad_schema") when
+    it is not one. `gradient` is optional (receipts from before it say nothing of it)."""
     to, groups = body.get("to"), body.get("groups")
     if not isinstance(to, str) or not 0 < len(to) <= 64:
         raise ProtocolError("bad_schema", "receipt.to must be a peer id")
@@ -74,7 +79,11 @@ def receipt_from_wire(body: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
         raise ProtocolError("bad_schema", f"receipt.groups must be a list of 1..{MAX_GROUPS_PER_RECEIPT} keys")
     if not all(isinstance(k, str) and _KEY.fullmatch(k) for k in groups):
         raise ProtocolError("bad_schema", "receipt.groups must be content keys (64 hex digits)")
-    return to, tuple(dict.fromkeys(groups))
+    gradient = body.get("gradient", [])
+    if not isinstance(gradient, list) or len(gradient) > len(groups) or not all(
+            isinstance(k, str) and k in groups for k in gradient):
+        raise ProtocolError("bad_schema", "receipt.gradient must list some of receipt.groups")
+    return to, tuple(dict.fromkeys(groups)), tuple(dict.fromkeys(gradient))
 
 
 class ReceiptBook:
@@ -88,11 +97,13 @@ class ReceiptBook:
         # `remember_published` keys, however long the node runs.
         self._published: OrderedDict[str, set[str]] = OrderedDict()
         self._used = 0  # own groups some peer trained on (this run)
+        self._gradient_uses = 0  # (peer, group) trainings in which our group gave a gradient (this run)
         self._peers: OrderedDict[str, int] = OrderedDict()  # peer -> uses counted (bounded)
         self._hourly: OrderedDict[int, int] = OrderedDict()  # hour (unix s // 3600) -> uses
         self._buckets = KeyedBuckets(config.rate_per_s, config.burst, 4096)
         self.shared = 0  # own groups published
         self._used_before = 0  # own groups peers trained on, as of the last run (restored totals)
+        self._gradient_before = 0  # gradient uses, as of the last run
         self.ignored: Counter[str] = Counter()  # receipts not counted, by reason
 
     def published(self, keys: Iterable[str]) -> None:
@@ -106,8 +117,10 @@ class ReceiptBook:
             while len(self._published) > self.config.remember_published:
                 self._published.popitem(last=False)
 
-    def receive(self, sender: str, to: str, keys: Sequence[str]) -> int:
-        """A receipt from `sender` (its signature already checked) -> the uses it adds."""
+    def receive(self, sender: str, to: str, keys: Sequence[str], gradient: Iterable[str] = ()) -> int:
+        """A receipt from `sender` (its signature already checked) -> the uses it adds; `gradient`: the
+        keys whose training gave the sender's update a gradient."""
+        moved = set(gradient)
         now = self._clock()
         with self._lock:
             if to != self.me:
@@ -128,6 +141,7 @@ class ReceiptBook:
                 self._used += not senders
                 senders.add(sys.intern(sender))  # one copy of each peer id, not one per receipt
                 added += 1
+                self._gradient_uses += key in moved
             if added:
                 self._peers[sender] = self._peers.pop(sender, 0) + added
                 self._trim(self._peers, 4096)
@@ -148,6 +162,7 @@ class ReceiptBook:
         with self._lock:
             return {"shared": self.shared, "used": self._used_before + self._used,
                     "uses": sum(self._peers.values()),
+                    "gradient_uses": self._gradient_before + self._gradient_uses,
                     "peers": len(self._peers), "hourly": [[hour * 3600, n] for hour, n in self._hourly.items()],
                     "ignored": dict(self.ignored)}
 
@@ -155,6 +170,7 @@ class ReceiptBook:
         """Totals and the hourly history, to be kept across restarts (own keys are not: new groups)."""
         with self._lock:
             return {"shared": self.shared, "peers": dict(self._peers), "used": self._used_before + self._used,
+                    "gradient_uses": self._gradient_before + self._gradient_uses,
                     "hourly": {str(h): n for h, n in self._hourly.items()}}
 
     def restore(self, state: Any) -> None:
@@ -172,6 +188,7 @@ class ReceiptBook:
                 if isinstance(peer, str) and len(peer) <= 64 and count(n):
                     self._peers[peer] = n
             self._used_before = count(state.get("used")) or 0
+            self._gradient_before = count(state.get("gradient_uses")) or 0
             hourly = state.get("hourly")
             pairs = hourly.items() if isinstance(hourly, dict) else ()
             for hour, n in sorted((int(h), n) for h, n in pairs if isinstance(h, str) and h.isdigit() and count(n)):

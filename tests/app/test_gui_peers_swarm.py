@@ -159,7 +159,8 @@ def test_the_credit_line_and_plot_show_what_peers_did_with_our_groups(qtbot: QtB
     from app.models.peers import parse_credit
 
     hour = int(time.time() // 3600) * 3600
-    receipts = {"shared": 120, "used": 30, "uses": 45, "peers": 3, "hourly": [[hour - 7200, 20], [hour, 25]],
+    receipts = {"shared": 120, "used": 30, "uses": 45, "gradient_uses": 28, "peers": 3,
+                "hourly": [[hour - 7200, 20], [hour, 25]],
                 "ignored": {}, "sent": 9}
     win, bridge = _window(qtbot, {"swarm": {**SWARM, "receipts": receipts}})
     bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm",
@@ -167,7 +168,8 @@ def test_the_credit_line_and_plot_show_what_peers_did_with_our_groups(qtbot: QtB
     win.tick()
     assert win.peers.credit.isVisible() and win.peers.credit_plot.isVisible()
     assert win.peers.credit.text() == ("Your work: 120 groups shared; peers trained on 30 of them "
-                                       "(45 times, by 3 peers).")
+                                       "(45 times, by 3 peers); 28 of those updates learned from your group "
+                                       "(in the others the peer's answers to it were all right or all wrong).")
     assert list(win.peers.credit_bars.opts["height"]) == [20, 25]
     bridge.status = {"swarm": {**SWARM, "receipts": {**receipts, "uses": 0, "used": 0, "hourly": []}}}
     win._swarm_polled = 0.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,43 @@ def test_totals_survive_a_restart_and_a_rotten_file_is_skipped() -> None:
         assert fresh.summary()["uses"] == 0 and fresh.summary()["hourly"] == []
 
 
+def test_receipts_say_which_trainings_gave_a_gradient_and_the_count_survives_a_restart() -> None:
+    """A group a peer trained on whose rewards there were all equal taught it nothing: counted as a use,
+    not as an update it helped."""
+    book = ReceiptBook(ReceiptConfig(), ME)
+    keys = [content_key(make_group(ME, i)) for i in range(3)]
+    book.published(keys)
+    to, used, gradient = receipt_from_wire(receipt_body(ME, keys, gradient=keys[1:2] + ["f" * 64]))
+    assert (to, used, gradient) == (ME, tuple(keys), (keys[1],))  # a key not in the receipt is not sent
+    assert book.receive(ALICE, ME, used, gradient) == 3
+    assert book.receive(BOB, ME, keys[:2], keys[:2]) == 2
+    assert book.receive(BOB, ME, keys[:2], keys[:2]) == 0  # repeated: no second gradient either
+    assert (book.summary()["uses"], book.summary()["gradient_uses"]) == (5, 3)
+    again = ReceiptBook(ReceiptConfig(), ME)
+    again.restore(json.loads(json.dumps(book.state())))
+    assert again.summary()["gradient_uses"] == 3
+    assert receipt_from_wire({"to": ME, "groups": keys[:1]})[2] == ()  # receipts from before say nothing
+
+
+def test_a_courier_marks_the_groups_whose_rewards_here_were_mixed() -> None:
+    me, alice = Identity.generate(), Identity.generate()
+    mine, theirs = _linked(me, alice)
+    mixed = make_group(me.peer_id, 1).with_rewards((1.0, 0.0))
+    flat = make_group(me.peer_id, 2).with_rewards((0.0, 0.0))
+    sent: list[bytes] = []  # the link's outgoing frames (the courier only calls send on a link)
+    link = types.SimpleNamespace(send=sent.append)
+    courier = ReceiptCourier(theirs.protocol, ReceiptConfig(), lambda peer: link, None, None)  # type: ignore[arg-type]
+    assert asyncio.run(courier.send([mixed, flat])) == 1
+    (event,) = mine.receive(sent[0])
+    assert isinstance(event, p.ReceiptReceived)
+    assert event.keys == (content_key(mixed), content_key(flat)) and event.gradient == (content_key(mixed),)
+
+
 @pytest.mark.parametrize("body", [{}, {"to": ME}, {"to": ME, "groups": []}, {"to": ME, "groups": ["x"]},
                                   {"to": ME, "groups": ["A" * 64]}, {"to": 5, "groups": ["a" * 64]},
-                                  {"to": ME, "groups": ["a" * 64] * 17}])
+                                  {"to": ME, "groups": ["a" * 64] * 17},
+                                  {"to": ME, "groups": ["a" * 64], "gradient": ["b" * 64]},
+                                  {"to": ME, "groups": ["a" * 64], "gradient": "a" * 64}])
 def test_malformed_receipts_are_refused(body: dict) -> None:
     with pytest.raises(ProtocolError):
         receipt_from_wire(body)
