@@ -138,9 +138,25 @@ class DashboardView(QWidget):
         layout.setContentsMargins(12, 12, 12, 12)
         self.your_model = YourModelCard(model)
         layout.addWidget(self.your_model)
+        self._card_row(layout)
+        self._status_row(layout)
+        self._plot_grid(layout)
+        self._make_curves()
+        self._eval_every: int | None = None
+        self._eval_every_s: float | None = None
+        self._eval_note = ""  # under the held-out plot's legend until its first point
+        self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
+        self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
+                     dashed={"format bonus weight": PLOT_COLORS[8]})
+        self._status_text = NO_ROUNDS_HINT
+        self._seen_version = -1
+        self._next_group = 0
+
+    def _card_row(self, layout: QVBoxLayout) -> None:
+        """The latest numbers, one card each, in a row above the plots."""
         cards = QHBoxLayout()
         self.cards: dict[str, QLabel] = {}
-        for key, name in (("reward_avg", f"reward ({model.window}-round average)"),
+        for key, name in (("reward_avg", f"reward ({self.model.window}-round average)"),
                           ("cumulative", "cumulative reward"), ("rounds", "rounds"),
                           ("zero_std", "questions all right or all wrong"), ("tokens_per_s", "tokens / s")):
             frame, value = _card(name)
@@ -149,7 +165,8 @@ class DashboardView(QWidget):
             cards.addWidget(frame)
         layout.addLayout(cards)
 
-        self._status_row(layout)
+    def _plot_grid(self, layout: QVBoxLayout) -> None:
+        """The plots, empty: three rows of a four-column grid that takes the rest of the height."""
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
@@ -176,6 +193,9 @@ class DashboardView(QWidget):
         self._bounded = (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot)
         self.zero_std_plot.setToolTip(CARD_TIPS["zero_std"])
 
+    def _make_curves(self) -> None:
+        """The fixed curves, bound to the model's series, in the redraw groups (`refresh`)."""
+        model = self.model
         s = model.series
         raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
         # the band's edges are drawn in the fill colour and coarse: the fill is the costliest thing drawn
@@ -203,15 +223,6 @@ class DashboardView(QWidget):
              _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
              _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
         self._curves = [c for group in self._groups for c in group]
-        self._eval_every: int | None = None
-        self._eval_every_s: float | None = None
-        self._eval_note = ""  # under the held-out plot's legend until its first point
-        self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
-        self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
-                     dashed={"format bonus weight": PLOT_COLORS[8]})
-        self._status_text = NO_ROUNDS_HINT
-        self._seen_version = -1
-        self._next_group = 0
 
     def _status_row(self, layout: QVBoxLayout) -> None:
         """The status line and, beside it, where the rounds' groups came from."""

@@ -22,6 +22,15 @@ class Header(QFrame):
         outer.setSpacing(4)
         row = QHBoxLayout()
         outer.addLayout(row)
+        self._add_titles(row)
+        row.addSpacing(16)
+        self._add_state(row)
+        self._add_model_line(outer)
+        self._add_stats(row)
+        self._add_buttons(row)
+
+    def _add_titles(self, row: QHBoxLayout) -> None:
+        """The app's icon and name, and under the name the engine shown."""
         icon = QLabel()
         icon.setPixmap(app_icon().pixmap(44, 44))
         row.addWidget(icon)
@@ -35,8 +44,9 @@ class Header(QFrame):
         titles.addWidget(title)
         titles.addWidget(self.subtitle)
         row.addLayout(titles)
-        row.addSpacing(16)
 
+    def _add_state(self, row: QHBoxLayout) -> None:
+        """The engine's state (a coloured dot and a word), what it is doing, and why it last crashed."""
         state_box = QVBoxLayout()
         state_row = QHBoxLayout()
         self.state_dot = QLabel()
@@ -52,17 +62,21 @@ class Header(QFrame):
         self.crash_note.setWordWrap(True)
         self.crash_note.setStyleSheet("color: #b45309")
         self.crash_note.setToolTip("From the engine's supervisor (logs/last_crash.json in the data dir)")
-        # what is being trained, in one sentence: a newcomer's first question
-        self.model_line = QLabel()
-        self.model_line.setObjectName("modelLine")
-        self.model_line.setWordWrap(True)
-        self.model_line.setStyleSheet("color: #4b5563")
-        outer.addWidget(self.model_line)  # full width under the row: one or two lines, not a tall column
         state_box.addLayout(state_row)
         state_box.addWidget(self.state_detail)
         state_box.addWidget(self.crash_note)
         row.addLayout(state_box, 1)
 
+    def _add_model_line(self, outer: QVBoxLayout) -> None:
+        """What is being trained, in one sentence: a newcomer's first question."""
+        self.model_line = QLabel()
+        self.model_line.setObjectName("modelLine")
+        self.model_line.setWordWrap(True)
+        self.model_line.setStyleSheet("color: #4b5563")
+        outer.addWidget(self.model_line)  # full width under the row: one or two lines, not a tall column
+
+    def _add_stats(self, row: QHBoxLayout) -> None:
+        """The engine's numbers, each a value over its name."""
         self.stats: dict[str, QLabel] = {}
         for key, name in (("peers", "peers"), ("round", "round"), ("policy_version", "policy version"),
                           ("model", "model")):
@@ -81,6 +95,8 @@ class Header(QFrame):
             row.addLayout(box)
             row.addSpacing(8)
 
+    def _add_buttons(self, row: QHBoxLayout) -> None:
+        """Back home, Pause, Resume and Join-or-Leave at the row's end; `show_node` shows those that apply."""
         # Shown while the window shows another engine of the fleet: one click back to this machine's.
         self.home_button = QPushButton("Back to this machine")
         self.home_button.setVisible(False)

@@ -77,6 +77,15 @@ class MainWindow(EngineActions, QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
+        layout.addWidget(self._build_header())
+        layout.addWidget(self._build_tabs(bridge, fleet_file), 1)
+        self.setCentralWidget(central)
+        self.statusBar().showMessage(f"Connecting to the engine at {bridge.url}…")
+        self.tray: TrayIcon | None = self._build_tray() if self._has_tray else None
+        self._start_polling(refresh_ms)
+
+    def _build_header(self) -> Header:
+        """The header, its buttons acting on the engine shown; the window names its widgets too."""
         self.header = Header()
         h = self.header
         self.subtitle, self.state_dot, self.state_label, self.state_detail = \
@@ -87,7 +96,10 @@ class MainWindow(EngineActions, QMainWindow):
         h.resume_button.clicked.connect(lambda: self.resume())
         h.join_button.clicked.connect(lambda: self.toggle_join())
         h.home_button.clicked.connect(self.show_home)
-        layout.addWidget(h)
+        return h
+
+    def _build_tabs(self, bridge: EngineBridge, fleet_file: Path | None) -> QTabWidget:
+        """The per-engine tabs, with the Fleet tab (the same whichever engine is shown) among them."""
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.fleet_poller = FleetPoller()
@@ -101,22 +113,23 @@ class MainWindow(EngineActions, QMainWindow):
             self.tabs.addTab(getattr(self, name), title)
         self.tabs.insertTab(FLEET_TAB_INDEX, self.fleet, "Fleet")
         self.tabs.currentChanged.connect(lambda _: self._refresh_views())
-        layout.addWidget(self.tabs, 1)
-        self.setCentralWidget(central)
-        self.statusBar().showMessage(f"Connecting to the engine at {bridge.url}…")
+        return self.tabs
 
-        self.tray: TrayIcon | None = None
-        if self._has_tray:
-            self.tray = TrayIcon(self)
-            self.tray.show_action.triggered.connect(self.show_normal)
-            self.tray.join_action.triggered.connect(lambda: self.toggle_join(self.home))
-            self.tray.pause_action.triggered.connect(lambda: self.pause_after_round(self.home))
-            self.tray.resume_action.triggered.connect(lambda: self.resume(self.home))
-            self.tray.snooze_action.triggered.connect(lambda: self.snooze(3600.0, self.home))
-            self.tray.quit_action.triggered.connect(self.quit_app)
-            self.tray.activated.connect(self._tray_activated)
-            self.tray.show()
+    def _build_tray(self) -> TrayIcon:
+        """The tray icon: it always acts on this machine's engine (`home`), whichever one is shown."""
+        tray = TrayIcon(self)
+        tray.show_action.triggered.connect(self.show_normal)
+        tray.join_action.triggered.connect(lambda: self.toggle_join(self.home))
+        tray.pause_action.triggered.connect(lambda: self.pause_after_round(self.home))
+        tray.resume_action.triggered.connect(lambda: self.resume(self.home))
+        tray.snooze_action.triggered.connect(lambda: self.snooze(3600.0, self.home))
+        tray.quit_action.triggered.connect(self.quit_app)
+        tray.activated.connect(self._tray_activated)
+        tray.show()
+        return tray
 
+    def _start_polling(self, refresh_ms: int) -> None:
+        """The tick timer (inbox -> models -> views) and the fleet's poller; then a first header."""
         self.ticks = 0
         self.timer = QTimer(self)
         self.timer.setInterval(refresh_ms)

@@ -37,22 +37,30 @@ class SettingsView(QWidget):
         self._current = ContributorSettings()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
+        layout.addWidget(self._now_box())
+        self._make_fields()
+        for box in self._field_boxes():
+            layout.addWidget(box)
+        layout.addLayout(self._apply_row())
+        layout.addStretch(1)
+        self._connect_signals()
 
+    def _now_box(self) -> QGroupBox:
+        """Pause, snooze or resume at once: actions, not settings to apply."""
         now_box = QGroupBox("Right now")
         now = QHBoxLayout(now_box)
         self.pause_button = QPushButton("Finish this round, then pause")
         self.snooze_button = QPushButton("Snooze for an hour")
         self.resume_button = QPushButton("Resume")
-        self.pause_button.clicked.connect(self.pause_after_round_requested)
-        self.snooze_button.clicked.connect(lambda: self.snooze_requested.emit(SNOOZE_S))
-        self.resume_button.clicked.connect(self.resume_requested)
         self.snooze_label = QLabel()
         self.snooze_label.setProperty("role", "hint")
         for button in (self.pause_button, self.snooze_button, self.resume_button):
             now.addWidget(button)
         now.addWidget(self.snooze_label, 1)
-        layout.addWidget(now_box)
+        return now_box
 
+    def _make_fields(self) -> None:
+        """One editor per ContributorSettings field (`edited` reads them back)."""
         self.bootstrap_url = QLineEdit()
         self.bootstrap_url.setPlaceholderText("wss://bootstrap.example.org  (empty: LAN only)")
         self.lan_discovery = QCheckBox("Find peers on this network (mDNS)")
@@ -72,9 +80,11 @@ class SettingsView(QWidget):
         self.max_temperature_c.setSpecialValueText("no cap")
         self.start_at_login = QCheckBox("Start contributing when I log in")
         self.keep_running_on_close = QCheckBox("Keep contributing in the background when the window closes")
-
         for spin in (self.cpu_cores, self.idle_minutes, self.max_temperature_c):
             spin.setMaximumWidth(320)
+
+    def _field_boxes(self) -> tuple[QGroupBox, ...]:
+        """The fields in three groups: Network, Resources, This app."""
         network = QGroupBox("Network")
         form = QFormLayout(network)
         form.addRow("Bootstrap server:", self.bootstrap_url)
@@ -91,21 +101,26 @@ class SettingsView(QWidget):
         form3 = QFormLayout(app_box)
         form3.addRow("", self.start_at_login)
         form3.addRow("", self.keep_running_on_close)
-        for box in (network, resources, app_box):
-            layout.addWidget(box)
+        return network, resources, app_box
 
+    def _apply_row(self) -> QHBoxLayout:
+        """A line saying what Apply did or why it could not, then Revert and Apply."""
         buttons = QHBoxLayout()
         self.message = QLabel()
         self.message.setWordWrap(True)
         self.apply_button = QPushButton("Apply")
         self.revert_button = QPushButton("Revert")
-        self.apply_button.clicked.connect(self._apply)
-        self.revert_button.clicked.connect(lambda: self.show_settings(self._current.to_dict()))
         buttons.addWidget(self.message, 1)
         buttons.addWidget(self.revert_button)
         buttons.addWidget(self.apply_button)
-        layout.addLayout(buttons)
-        layout.addStretch(1)
+        return buttons
+
+    def _connect_signals(self) -> None:
+        self.pause_button.clicked.connect(self.pause_after_round_requested)
+        self.snooze_button.clicked.connect(lambda: self.snooze_requested.emit(SNOOZE_S))
+        self.resume_button.clicked.connect(self.resume_requested)
+        self.apply_button.clicked.connect(self._apply)
+        self.revert_button.clicked.connect(lambda: self.show_settings(self._current.to_dict()))
         self.only_when_idle.toggled.connect(self.idle_minutes.setEnabled)
 
     def set_temperature_supported(self, supported: bool) -> None:
