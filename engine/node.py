@@ -18,21 +18,28 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from engine import autostart, doctor, tasks
 from engine.ask import AskDesk
 from engine.bus import EventBus
 from engine.contribution import Contribution
+from engine.control.api import ModelProgress
+from engine.control.model_switch import checkpoint_dir_for, prepare_model
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
 from engine.fleet import recent_summary
 from engine.guard import may_train, probe_machine
 from engine.machine_load import PauseTimer, ThreadPacer
 from engine.memory import HeapTrimmer
+from engine.models.backends import load_for_node
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
-from engine.models.resolve import pace_threads, release_model
+from engine.models.resolve import pace_threads, pick_device, release_model, resolve_model, set_train_threads
 from engine.node_config import NodeConfig
 from engine.node_swarm import NodeSwarm
 from engine.sapo.step import step
+from engine.sapo.trainer import Trainer
 from engine.settings import ContributorSettings
+from engine.store import Store
+from engine.supervisor import read_last_crash
 from engine.tasks import preset as task_mix
 
 log = logging.getLogger("sapo.node")
@@ -47,7 +54,6 @@ class Node:
 
     def __init__(self, config: NodeConfig, *, settings: ContributorSettings | None = None,
                  bus: EventBus | None = None) -> None:
-        from engine.store import Store
 
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -82,7 +88,6 @@ class Node:
         self._threads: dict[str, Any] = {}  # the last choice (engine.machine_load.ThreadChoice)
         self._pause = PauseTimer()  # a long pause releases the model's memory
         self._desk = AskDesk(list(task_mix(config.mix).specialties), config.seed, self.bus.publish)  # "Try it"
-        from engine.supervisor import read_last_crash
 
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
 
@@ -157,7 +162,6 @@ class Node:
             raise ValueError("the model is switched with select_model (it checks the model loads)")
         new = ContributorSettings.from_dict(changes, base=self.settings)
         if new.start_at_login != self.settings.start_at_login:  # the OS's login items follow the setting
-            from engine import autostart
 
             autostart.apply_setting(new.start_at_login, self.config.data_dir)
         new.save(self.config.data_dir)
@@ -188,8 +192,6 @@ class Node:
         return self._desk.recent()
 
     def machine(self) -> dict[str, Any]:
-        from engine import doctor
-
         return doctor.report(can_fetch=None, cpu_cores=self.settings.cpu_cores,
                              busy_cores=self._threads.get("others_busy"))
 
@@ -198,10 +200,6 @@ class Node:
         """Switch the policy's model while stopped or paused: resolve it (a catalog model downloads,
         with ModelProgress events), check that it loads; the next join or resume trains it.
         ValueError (an "error" ModelProgress too) when it cannot be used."""
-        from engine.control.api import ModelProgress
-        from engine.control.model_switch import prepare_model
-        from engine.models.resolve import resolve_model
-
         if self._state not in ("stopped", "paused"):
             raise ValueError(f"pause or leave before switching models (the node is {self._state})")
         if self._switching is not None:
@@ -221,8 +219,6 @@ class Node:
         self.bus.publish(LogRecord(level="info", message=f"model switched to {label}: the next round trains it"))
 
     def _checkpoint_dir(self, model: str) -> Path:
-        from engine.control.model_switch import checkpoint_dir_for
-
         return checkpoint_dir_for(self.config.data_dir / "checkpoints", model, self.config.model)
 
     def _continue_round_count(self, trainer: Any) -> None:
@@ -294,11 +290,6 @@ class Node:
         return True
 
     def _build_trainer(self) -> Any:
-        from engine import tasks
-        from engine.models.backends import load_for_node
-        from engine.models.resolve import pick_device, set_train_threads
-        from engine.sapo.trainer import Trainer
-
         sapo = self.config.sapo
         if self.config.real_sapo is not None and self._model != "seed":
             sapo = self.config.real_sapo

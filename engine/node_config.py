@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.memory import MemoryConfig
+from engine.models.backends import BACKENDS
+from engine.models.llamacpp import LlamaCppConfig
 from engine.sapo.config import SapoConfig
 from engine.swarm.config import SwarmConfig
 
@@ -36,7 +38,6 @@ class NodeConfig:
             raise ValueError("rounds must be an int >= 0")
         if self.device not in (None, "cpu", "cuda", "mps"):
             raise ValueError("device must be cpu, cuda or mps")
-        from engine.models.backends import BACKENDS
 
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
@@ -46,8 +47,5 @@ class NodeConfig:
             raise TypeError("memory must be a MemoryConfig")
         if self.real_sapo is not None and not isinstance(self.real_sapo, SapoConfig):
             raise TypeError("real_sapo must be a SapoConfig or None")
-        if self.llamacpp is not None:
-            from engine.models.llamacpp import LlamaCppConfig
-
-            if not isinstance(self.llamacpp, LlamaCppConfig):
-                raise TypeError("llamacpp must be a LlamaCppConfig or None")
+        if self.llamacpp is not None and not isinstance(self.llamacpp, LlamaCppConfig):
+            raise TypeError("llamacpp must be a LlamaCppConfig or None")

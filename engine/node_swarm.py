@@ -14,10 +14,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine import tasks
 from engine.events import LogRecord
 from engine.peer_groups import make_pool, rollout_event, task_library_version
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.sapo.verdicts import Skipped, VerdictLog
+from engine.swarm.identity import Identity
+from engine.swarm.service import SwarmService
 
 MAX_REPUTATION_ROWS = 32
 
@@ -35,10 +38,6 @@ class NodeSwarm:
         self._verdicts = VerdictLog()  # the trainer's skips as last reported (trainer thread only)
 
     async def start(self, model_id: str) -> None:
-        from engine import tasks
-        from engine.swarm.identity import Identity
-        from engine.swarm.service import SwarmService
-
         cfg = self.config
         self._loop = asyncio.get_running_loop()  # the trainer thread hands its results to this loop
         self.identity = Identity.load_or_create(cfg.data_dir)

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from engine import tasks
 from engine.events import RolloutSeen
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
+from engine.swarm.identity import name_for
 from engine.swarm.pool import PoolDecision, RolloutPool
 
 
@@ -24,8 +26,6 @@ def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGro
     pool keeps and the trainer uses as it is. A forged or unknown reference gives None (dropped).
     Only generator settings of a preset, a curriculum rung or `mix` (the node's own) are run: a peer
     can't make us generate huge questions."""
-    from engine import tasks
-
     def rescore(group: RolloutGroup) -> VerifiedGroup | None:
         question = tasks.verify(group.ref, group.question_hash, mix)
         if question is None:
@@ -59,8 +59,5 @@ def task_library_version() -> str:
 def rollout_event(group: RolloutGroup, status: str, reason: str = "", question: Any = None) -> RolloutSeen:
     """`question`: the group's regenerated question where the caller holds it (a verified group);
     otherwise it is regenerated (cached) for its text."""
-    from engine import tasks
-    from engine.swarm.identity import name_for
-
     text = question.text if question is not None else tasks.regenerate(group.ref).text
     return RolloutSeen.of(group, status, reason, text, name_for(group.provenance.origin_peer))
