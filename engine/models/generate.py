@@ -138,53 +138,73 @@ def generate(model: Any, tokenizer: Any, prompts: list[str], n: int, cfg: Sample
         raise ValueError("a prompt tokenized to zero tokens")
     ids, mask = left_pad(prompt_rows, _pad_id(tokenizer, eos))
     ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [P, T]: left padding shifts positions
 
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             cache = DynamicCache()
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                        cache=cache, use_cache=True, logits_to_keep=1)
-            # Prefill each distinct prompt once, then give every sample its own copy of the cache
-            # (the cache object is updated in place by each forward).
-            cache.batch_repeat_interleave(n)
-            logits = out.logits[:, -1, :].float().repeat_interleave(n, dim=0)  # [B, V], B = P * n
-            mask = mask.repeat_interleave(n, dim=0)  # [B, T]
-            next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1  # [B]
-            rows = len(prompts) * n
-            tokens: list[list[int]] = [[] for _ in range(rows)]
-            logps: list[list[float]] = [[] for _ in range(rows)]
-            stopped = [False] * rows
-            alive = torch.arange(rows, device=device)  # original row index of each batch row
-            for step in range(cfg.max_new_tokens):
-                token, logp = _sample(logits, cfg, gen)  # [b], [b]
-                alive_list = alive.tolist()
-                for j, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
-                    tokens[alive_list[j]].append(t)
-                    logps[alive_list[j]].append(lp)
-                done = torch.isin(token, eos_tensor)  # [b]
-                for j in torch.nonzero(done).flatten().tolist():
-                    stopped[alive_list[j]] = True
-                if step == cfg.max_new_tokens - 1 or bool(done.all()):
-                    break
-                if bool(done.any()):
-                    # Finished rows leave the batch: later steps only pay for the ones still going.
-                    keep = torch.nonzero(~done).flatten()
-                    cache.batch_select_indices(keep)
-                    alive, token, mask, next_pos = alive[keep], token[keep], mask[keep], next_pos[keep]
-                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-                out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                            cache=cache, use_cache=True)
-                logits = out.logits[:, -1, :].float()
-                next_pos = next_pos + 1
+            logits, mask, next_pos = _prefill(model, cache, ids, mask, n)
+            tokens, logps, stopped = _decode(model, cache, logits, mask, next_pos, cfg, gen, eos_tensor)
     finally:
         if was_training:
             model.train()
+    return _completions(tokenizer, tokens, logps, stopped, len(prompts), n)
 
+
+def _prefill(model: Any, cache: Any, ids: torch.Tensor, mask: torch.Tensor,
+             n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prefill each distinct prompt once (ids, mask [P, T], left-padded), then give every sample its own
+    copy of the cache (the cache object is updated in place by each forward) -> (next-token logits
+    [B, V], attention mask [B, T], next position [B]), B = P * n, prompt-major."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [P, T]: left padding shifts positions
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                cache=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(n)
+    logits = out.logits[:, -1, :].float().repeat_interleave(n, dim=0)  # [B, V]
+    next_pos = positions[:, -1].repeat_interleave(n, dim=0) + 1  # [B]
+    return logits, mask.repeat_interleave(n, dim=0), next_pos
+
+
+def _decode(model: Any, cache: Any, logits: torch.Tensor, mask: torch.Tensor, next_pos: torch.Tensor,
+            cfg: SampleConfig, gen: torch.Generator,
+            eos_tensor: torch.Tensor) -> tuple[list[list[int]], list[list[float]], list[bool]]:
+    """Sample token by token until every row stopped or hit the cap -> per row (tokens, log-probs,
+    stopped at EOS)."""
+    rows = logits.shape[0]
+    tokens: list[list[int]] = [[] for _ in range(rows)]
+    logps: list[list[float]] = [[] for _ in range(rows)]
+    stopped = [False] * rows
+    alive = torch.arange(rows, device=mask.device)  # original row index of each batch row
+    for step in range(cfg.max_new_tokens):
+        token, logp = _sample(logits, cfg, gen)  # [b], [b]
+        alive_list = alive.tolist()
+        for j, (t, lp) in enumerate(zip(token.tolist(), logp.tolist())):
+            tokens[alive_list[j]].append(t)
+            logps[alive_list[j]].append(lp)
+        done = torch.isin(token, eos_tensor)  # [b]
+        for j in torch.nonzero(done).flatten().tolist():
+            stopped[alive_list[j]] = True
+        if step == cfg.max_new_tokens - 1 or bool(done.all()):
+            break
+        if bool(done.any()):
+            # Finished rows leave the batch: later steps only pay for the ones still going.
+            keep = torch.nonzero(~done).flatten()
+            cache.batch_select_indices(keep)
+            alive, token, mask, next_pos = alive[keep], token[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [b, T + 1]
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                    cache=cache, use_cache=True)
+        logits = out.logits[:, -1, :].float()  # [b, V]
+        next_pos = next_pos + 1
+    return tokens, logps, stopped
+
+
+def _completions(tokenizer: Any, tokens: list[list[int]], logps: list[list[float]], stopped: list[bool],
+                 prompts: int, n: int) -> list[list[Completion]]:
+    """Prompt-major rows -> result[prompt_index][sample_index]; the text leaves out the EOS token."""
     result: list[list[Completion]] = []
-    for p in range(len(prompts)):
+    for p in range(prompts):
         group = []
         for s in range(n):
             r = p * n + s

@@ -35,7 +35,18 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
     size_mb = weights.stat().st_size / 1e6
     (model_dir / EVAL_FILE).write_text(json.dumps(evals, indent=1) + "\n")
     easy = evals["seed-easy"]
-    lines = [
+    lines = [*_intro(), *_model(recipe, info, size_mb), *_prompt_format(), *_training(recipe, info),
+             *_solve_rates(easy)]
+    if "rl" in evals:
+        rl = evals["rl"]
+        lines += [f"## The `rl` mix (held-out seed {rl['heldout_seed']}, {rl['n_per_specialty']} per specialty)",
+                  "", *_table(rl), ""]
+    lines += _room_to_learn(easy, notes or [])
+    (model_dir / CARD_FILE).write_text("\n".join(lines))
+
+
+def _intro() -> list[str]:
+    return [
         "# SAPO seed model",
         "",
         "A tiny Llama-style causal LM trained **from scratch** on this repository's ReasoningGym demonstrations,",
@@ -49,6 +60,11 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
         "sapo seed-model eval                                 # prints the seed-easy table below (--json)",
         "```",
         "",
+    ]
+
+
+def _model(recipe: dict[str, Any], info: dict[str, Any], size_mb: float) -> list[str]:
+    return [
         "## Model",
         f"- LlamaForCausalLM, {info['parameters'] / 1e6:.2f} M parameters, {size_mb:.1f} MB float32 safetensors.",
         (f"- hidden {recipe['hidden_size']}, {recipe['num_layers']} layers, {recipe['num_heads']} heads, SwiGLU "
@@ -59,6 +75,11 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
         "- Loads offline with plain `AutoModelForCausalLM.from_pretrained(dir)` / `AutoTokenizer`.",
         "- `generation_config.json` sets true T=1 sampling (top_k=0, top_p=1).",
         "",
+    ]
+
+
+def _prompt_format() -> list[str]:
+    return [
         "## Prompt format (the seed's own *compact* style)",
         "A short prompt built from the ReasoningGym item's metadata, a newline, then the completion:",
         "a tiny scratchpad where one helps (base_conversion writes the decimal value first) and",
@@ -67,6 +88,11 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
         "`<answer>Saturday</answer>`. Question hashes always cover ReasoningGym's own text",
         "(`engine.tasks.render_prompt(q, \"compact\")`).",
         "",
+    ]
+
+
+def _training(recipe: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    return [
         "## Training recipe",
         (f"- Data: {info['demonstrations']:,} fresh demonstrations from the `{recipe['mix']}` mix (dataset seed "
          f"{recipe['seed']}), shares {json.dumps(recipe['weights'])}; {info['epochs']} epoch(s)."),
@@ -80,6 +106,11 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
          f"all) on 2 CPU cores, {info['tokens_per_second']:,} tokens/s, {info['tokens_seen']:,} tokens; final "
          f"answer-token loss {info['final_loss']:.4f}; torch {info['torch']}."),
         "",
+    ]
+
+
+def _solve_rates(easy: dict[str, Any]) -> list[str]:
+    return [
         (f"## Solve rates on the `seed-easy` mix (held-out seed {easy['heldout_seed']}, "
          f"{easy['n_per_specialty']} questions per specialty)"),
         (f"greedy = T=0; pass@1 = mean solve rate over {easy['k']} samples at T=1 (no top-k/top-p); "
@@ -89,11 +120,10 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
         *_table(easy),
         "",
     ]
-    if "rl" in evals:
-        rl = evals["rl"]
-        lines += [f"## The `rl` mix (held-out seed {rl['heldout_seed']}, {rl['n_per_specialty']} per specialty)",
-                  "", *_table(rl), ""]
-    lines += [
+
+
+def _room_to_learn(easy: dict[str, Any], notes: list[str]) -> list[str]:
+    return [
         "## Room to learn, and what a scorer lets through",
         "**headroom** marks specialties with pass@8 − pass@1 ≥ 0.15 and ≥ 30% mixed groups whose scorer a",
         ("constant or generic answer cannot satisfy. Seed-easy headroom specialties: "
@@ -104,7 +134,6 @@ def write_card(model_dir: Path, evals: dict[str, dict[str, Any]], notes: list[st
         "  calendar's weekday_offset task, uses binary_matrix n=3 only (n=2 is solved), and drops bf and",
         "  arc_1d (the seed cannot sample a right answer: no RL signal).",
         "- binary_matrix: RG's own scorer runs `eval()` on the answer; ours scores exact matches only.",
-        *(notes or []),
+        *notes,
         "",
     ]
-    (model_dir / CARD_FILE).write_text("\n".join(lines))
