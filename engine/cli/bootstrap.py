@@ -90,25 +90,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
-    nats = authority = None
     try:
-        board_lists: dict[str, Any] = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
-        if not 1 <= args.board_replicas <= 5:
-            raise ValueError("--board-replicas must be between 1 and 5")
-        if args.nats:
-            config = dataclasses.replace(config, board_urls=tuple(args.nats), **board_lists)
-            if not args.nats_open:
-                if args.data_dir is None:
-                    raise ValueError("--nats needs --data-dir (the keys the cluster was configured with, "
-                                     "see --nats-auth-out), or --nats-open for a cluster without credentials")
-                from engine.swarm.nats_auth import Authority
-
-                authority = Authority.load_or_create(args.data_dir)
-                print(f"[info] board: NATS cluster {', '.join(args.nats)} (each node may write only its own key)",
-                      file=sys.stderr, flush=True)
-        elif not args.no_nats:
-            nats, authority, advertised = _embedded_board(args, own_tls is not None)
-            config = dataclasses.replace(config, board_urls=tuple(advertised), **board_lists)
+        config, nats, authority = _with_board(args, config, own_tls is not None)
     except (ValueError, SwarmError) as exc:
         print(f"sapo bootstrap: {exc}", file=sys.stderr)
         return 2
@@ -123,6 +106,33 @@ def run(args: argparse.Namespace) -> int:
         if nats is not None:
             nats.close()
     return 0
+
+
+def _with_board(args: argparse.Namespace, config: Any, own_tls: bool) -> tuple[Any, Any, Any]:
+    """The board the flags ask for -> (the config naming it, the embedded nats-server or None, the
+    authority that issues credentials for it or None)."""
+    import dataclasses
+    import sys
+
+    nats = authority = None
+    board_lists: dict[str, Any] = {"peers_sample": 64, "peers_min_interval_s": 2.0}  # membership O(1) per node
+    if not 1 <= args.board_replicas <= 5:
+        raise ValueError("--board-replicas must be between 1 and 5")
+    if args.nats:
+        config = dataclasses.replace(config, board_urls=tuple(args.nats), **board_lists)
+        if not args.nats_open:
+            if args.data_dir is None:
+                raise ValueError("--nats needs --data-dir (the keys the cluster was configured with, "
+                                 "see --nats-auth-out), or --nats-open for a cluster without credentials")
+            from engine.swarm.nats_auth import Authority
+
+            authority = Authority.load_or_create(args.data_dir)
+            print(f"[info] board: NATS cluster {', '.join(args.nats)} (each node may write only its own key)",
+                  file=sys.stderr, flush=True)
+    elif not args.no_nats:
+        nats, authority, advertised = _embedded_board(args, own_tls)
+        config = dataclasses.replace(config, board_urls=tuple(advertised), **board_lists)
+    return config, nats, authority
 
 
 def _log(level: str, message: str) -> None:

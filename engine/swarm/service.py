@@ -13,41 +13,36 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.http11 import Request, Response
 
-from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen
+from engine.events import Event, LogRecord, PeerUpdated
 from engine.sapo.records import LOCAL_PEER, RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm import replay_state
 from engine.swarm.admission import InboundGate
 from engine.swarm.board_client import BoardClient, nats_board_factory, resolve_board_urls
 from engine.swarm.config import SwarmConfig
-from engine.swarm.errors import DuplicateIdentityError, TransportError
+from engine.swarm.dialer import Dialer
+from engine.swarm.errors import DuplicateIdentityError
 from engine.swarm.identity import Identity, name_for
+from engine.swarm.intake import Intake
 from engine.swarm.lan import LanDiscovery, advertised_host
 from engine.swarm.loops import Backoff, TaskSet
 from engine.swarm.mdns import MdnsPeer
 from engine.swarm.nats_auth import BoardQuota
 from engine.swarm.peers import PeerInfo, PeerTable
-from engine.swarm.pool import PoolDecision, RolloutPool
+from engine.swarm.pool import RolloutPool
 from engine.swarm.receipt_courier import ReceiptCourier
-from engine.swarm.transport import Link, dial, listen, server_port, source_host
+from engine.swarm.transport import Link, listen, server_port, source_host
 from engine.swarm.wire import Hello
 
 BOARD_FRAME_BYTES = BoardQuota().max_frame_bytes  # what the swarm's board stores of one node
-
-STABLE_LINK_S = 10.0  # a link that lived this long resets the reconnect backoff
-MDNS_YIELD_S = 1.0  # on mDNS discovery the larger peer id waits this long so the smaller dials first
-
-
-def _describe(group: RolloutGroup) -> str:
-    return f"{group.ref.specialty} #{group.ref.index}"
 
 
 class SwarmService:
@@ -72,10 +67,12 @@ class SwarmService:
         self._relays: dict[str, Link] = {}  # bootstrap URL -> open link
         self._gate = InboundGate(config.max_connections, config.max_inbound_per_ip, "node at its connection cap\n")
         self._tasks = TaskSet(self._crashed)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarm-pool")
+        self._intake = Intake(pool, emit)  # received groups: re-scored off the loop, then reported
         self._server: Server | None = None
         self.lan = LanDiscovery(identity, self.model, self.tasks, config.max_connections, self._mdns_dial_later,
                                 self._log, swarm=config.swarm_name)
+        self._dialer = Dialer(config, self.lan, identity.peer_id, self._run_dialled,
+                              lambda peer_id: peer_id in self._peer_links, lambda: self._stopping, self._log)
         self._listen_url = ""
         self._started_at = time.time()
         self._stopping = False
@@ -110,9 +107,9 @@ class SwarmService:
         if cfg.board_urls:
             self._start_board(cfg.board_urls)
         for url in cfg.bootstrap_urls:
-            self._tasks.spawn(f"dial {url}", self._dial_loop(url, "bootstrap"))
+            self._tasks.spawn(f"dial {url}", self._dialer.keep_up(url, "bootstrap"))
         for url in cfg.peer_urls:
-            self._tasks.spawn(f"dial {url}", self._dial_loop(url, "manual"))
+            self._tasks.spawn(f"dial {url}", self._dialer.keep_up(url, "manual"))
 
     async def stop(self) -> None:
         """Bye on every link, mDNS goodbye, close the listener."""
@@ -127,7 +124,7 @@ class SwarmService:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._intake.close()
 
     @property
     def listen_url(self) -> str:
@@ -335,16 +332,7 @@ class SwarmService:
 
     async def _received(self, groups: tuple[RolloutGroup, ...], source: str = "") -> None:
         self.counters["groups_received"] += len(groups)
-        loop = asyncio.get_running_loop()
-        decisions = await loop.run_in_executor(self._executor, self._offer_all, groups, source)
-        for decision in decisions:  # a pooled group's feed text is its verified question's
-            text = decision.question.text if decision.question is not None else _describe(decision.group)
-            self._emit(RolloutSeen.of(decision.group, decision.status, decision.reason, text,
-                                      name_for(decision.peer)))
-
-    def _offer_all(self, groups: tuple[RolloutGroup, ...], source: str = "") -> list[PoolDecision]:
-        """Worker thread: re-score and pool each group."""
-        return [self.pool.offer(group, name_for(group.provenance.origin_peer), source) for group in groups]
+        await self._intake.take(groups, source)
 
     async def _duplicate(self, where: str, we_are_second: bool) -> None:
         error = DuplicateIdentityError(self.identity.peer_id, where)
@@ -359,40 +347,11 @@ class SwarmService:
         self._stopping = True
         await asyncio.gather(*(link.close(p.BYE_DUPLICATE_IDENTITY, bye=False) for link in list(self._links)))
 
-    # --- dialling ------------------------------------------------------------------------------------
-    async def _dial_loop(self, url: str, found_by: str, peer_id: str | None = None) -> None:
-        """Keep a link to `url` up (with backoff). For mDNS peers, until the peer is gone."""
-        backoff = Backoff(self.config.link.reconnect_initial_s, self.config.link.reconnect_max_s)
-        failures = 0
-        while not self._stopping:
-            if peer_id is not None:
-                record = self.lan.record(peer_id)
-                if record is None:
-                    return
-                url = record.url
-                if peer_id in self._peer_links:  # linked (perhaps they dialled us): watch, don't dial
-                    await asyncio.sleep(1.0)
-                    continue
-            try:
-                ws = await dial(url, self.config.limits, self.config.link, self.config.ca_file)
-            except TransportError as exc:
-                failures += 1
-                delay = backoff.next()
-                if failures in (1, 10) or failures % 100 == 0:
-                    self._log("warning", f"swarm: {exc} (retrying every {self.config.link.reconnect_max_s:.0f}"
-                              f" s at most; attempt {failures})")
-                await asyncio.sleep(delay)
-                continue
-            link = self._new_link(ws, True, url, found_by)
-            await self._run_link(link)
-            if link.close_reason == "self":
-                return
-            if time.time() - link.opened_at > STABLE_LINK_S:
-                backoff.reset()
-                failures = 0
-            if not self._stopping:
-                self._log("info", f"swarm: link to {url} ended ({link.close_reason or 'closed'}); reconnecting")
-                await asyncio.sleep(backoff.next())
+    # --- dialling (engine.swarm.dialer keeps each outbound link up) -----------------------------------
+    async def _run_dialled(self, ws: ClientConnection, url: str, found_by: str) -> Link:
+        link = self._new_link(ws, True, url, found_by)
+        await self._run_link(link)
+        return link
 
     # --- mDNS ----------------------------------------------------------------------------------------
     async def _start_mdns(self, port: int, interfaces: list[str]) -> None:
@@ -406,12 +365,7 @@ class SwarmService:
 
     def _mdns_dial_later(self, peer: MdnsPeer) -> None:
         if not self._stopping:  # also after a copy of us was met: mDNS still runs, the swarm is left
-            self._tasks.spawn(f"mdns {peer.url}", self._mdns_dial(peer))
-
-    async def _mdns_dial(self, peer: MdnsPeer) -> None:
-        if self.identity.peer_id > peer.peer_id:
-            await asyncio.sleep(MDNS_YIELD_S)
-        await self._dial_loop(peer.url, "mdns", peer_id=peer.peer_id)
+            self._tasks.spawn(f"mdns {peer.url}", self._dialer.mdns(peer))
 
     # --- events ---------------------------------------------------------------------------------------
     def _peer_event(self, info: PeerInfo) -> None:
