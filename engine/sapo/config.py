@@ -129,6 +129,13 @@ class SapoConfig:
     eval_seed: int = 424242  # held-out question set and its sampling seed (fixed across runs)
 
     def __post_init__(self) -> None:
+        self._check_round_shape()
+        self._check_optimizer()
+        self._check_external()
+        self._check_prompts_and_rewards()
+        self._check_schedule()
+
+    def _check_round_shape(self) -> None:
         _int("num_local", self.num_local, 0, 256)
         _int("num_external", self.num_external, 0, 256)
         if self.num_local + self.num_external < 1:
@@ -138,6 +145,9 @@ class SapoConfig:
         if not isinstance(self.adaptive_sources, bool):
             raise ValueError("adaptive_sources must be true or false")  # noqa: TRY004 (ValueError for every bad input)
         _int("completions", self.completions, 2, 64)
+
+    def _check_optimizer(self) -> None:
+        """Adam, the clipped objective and its normalisation."""
         _float("lr", self.lr, 0.0, 1.0, low_open=True)
         _float("adam_beta1", self.adam_beta1, 0.0, 0.999999)
         _float("adam_beta2", self.adam_beta2, 0.0, 0.999999)
@@ -150,6 +160,8 @@ class SapoConfig:
         if self.loss_norm not in LOSS_NORMS:
             raise ValueError(f"loss_norm must be one of {LOSS_NORMS}, got {self.loss_norm!r}")
         _float("advantage_eps", self.advantage_eps, 0.0, 1.0, low_open=True)
+
+    def _check_external(self) -> None:
         if self.external_strategy not in EXTERNAL_STRATEGIES:
             raise ValueError(f"external_strategy must be one of {EXTERNAL_STRATEGIES}, "
                              f"got {self.external_strategy!r}")
@@ -159,6 +171,9 @@ class SapoConfig:
         _float("max_origin_share", self.max_origin_share, 0.0, 1.0, low_open=True)
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
+
+    def _check_prompts_and_rewards(self) -> None:
+        """Sampling, prompts, rewards and the nested configs."""
         if not isinstance(self.sampling, SampleConfig):
             raise ValueError("sampling must be a SampleConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.partial_credit, bool) or not isinstance(self.filter_zero_advantage, bool):
@@ -177,6 +192,9 @@ class SapoConfig:
         _float("format_reward", self.format_reward, 0.0, 1.0)
         _int("format_reward_rounds", self.format_reward_rounds, 0)
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
+
+    def _check_schedule(self) -> None:
+        """Update chunking, precision, checkpoints and held-out evals."""
         _int("micro_batch", self.micro_batch, 1, 4096)
         _int("micro_batch_tokens", self.micro_batch_tokens, 1, 2**24)
         _int("pack_len", self.pack_len, 1, 2**20)

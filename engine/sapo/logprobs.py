@@ -129,29 +129,20 @@ def build_packed_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequ
         raise ValueError("need one prompt per completion, at least one row")
     if any(len(p) == 0 for p in prompt_ids) or any(len(c) == 0 for c in completion_ids):
         raise ValueError("empty prompt or completion")
-    units: dict[tuple[int, ...], list[int]] = {}
+    units: dict[tuple[int, ...], list[int]] = {}  # prompt -> its rows
     for i, p in enumerate(prompt_ids):
         units.setdefault(tuple(p), []).append(i)
     sizes = {p: len(p) + sum(len(completion_ids[i]) for i in rows) for p, rows in units.items()}
-    seqs: list[list[tuple[int, ...]]] = []
-    used: list[int] = []
-    for p in sorted(units, key=lambda q: -sizes[q]):  # stable: ties keep first-seen order
-        fit = next((s for s, n in enumerate(used) if max_len is not None and n + sizes[p] <= max_len), None)
-        if fit is None:
-            seqs.append([p])
-            used.append(sizes[p])
-        else:
-            seqs[fit].append(p)
-            used[fit] += sizes[p]
+    seqs, used = _first_fit(sizes, max_len)
     width, c_width, n_rows = max(used), max(len(c) for c in completion_ids), len(prompt_ids)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    pos = torch.zeros((len(seqs), width), dtype=torch.long)
-    doc = torch.full((len(seqs), width), -1, dtype=torch.long)  # which unit; -1 padding
-    segment = torch.zeros((len(seqs), width), dtype=torch.long)  # 0 prompt, k+1 completion k
-    row_seq = torch.zeros(n_rows, dtype=torch.long)
-    predict = torch.zeros((n_rows, c_width), dtype=torch.long)
-    comp = torch.full((n_rows, c_width), pad_id, dtype=torch.long)
-    comp_mask = torch.zeros((n_rows, c_width), dtype=torch.float32)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # [S, T]
+    pos = torch.zeros((len(seqs), width), dtype=torch.long)  # [S, T]
+    doc = torch.full((len(seqs), width), -1, dtype=torch.long)  # [S, T] which unit; -1 padding
+    segment = torch.zeros((len(seqs), width), dtype=torch.long)  # [S, T] 0 prompt, k+1 completion k
+    row_seq = torch.zeros(n_rows, dtype=torch.long)  # [B]
+    predict = torch.zeros((n_rows, c_width), dtype=torch.long)  # [B, C]
+    comp = torch.full((n_rows, c_width), pad_id, dtype=torch.long)  # [B, C]
+    comp_mask = torch.zeros((n_rows, c_width), dtype=torch.float32)  # [B, C]
     for s, unit_prompts in enumerate(seqs):
         at = 0
         for u, prompt in enumerate(unit_prompts):
@@ -172,14 +163,36 @@ def build_packed_batch(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequ
                 comp[r, :len(c)] = torch.tensor(c, dtype=torch.long)
                 comp_mask[r, :len(c)] = 1.0
                 at += len(c)
+    return PackedBatch(ids, pos, _block_mask(doc, segment), row_seq, predict, comp, comp_mask)
+
+
+def _first_fit(sizes: dict[tuple[int, ...], int],
+               max_len: int | None) -> tuple[list[list[tuple[int, ...]]], list[int]]:
+    """Units (prompt -> packed size) into sequences, first fit, longest first -> (each sequence's
+    prompts in packing order, each sequence's used length)."""
+    seqs: list[list[tuple[int, ...]]] = []
+    used: list[int] = []
+    for p in sorted(sizes, key=lambda q: -sizes[q]):  # stable: ties keep first-seen order
+        fit = next((s for s, n in enumerate(used) if max_len is not None and n + sizes[p] <= max_len), None)
+        if fit is None:
+            seqs.append([p])
+            used.append(sizes[p])
+        else:
+            seqs[fit].append(p)
+            used[fit] += sizes[p]
+    return seqs, used
+
+
+def _block_mask(doc: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
+    """doc, segment [S, T] -> attention [S, 1, T, T], True = may attend: within one unit its prompt is
+    visible to all its tokens, a completion only to itself, causally."""
+    width = doc.shape[1]
     causal = torch.ones((width, width), dtype=torch.bool).tril()  # [T, T]
     q_doc, k_doc = doc[:, :, None], doc[:, None, :]  # [S, T, 1], [S, 1, T]
     q_seg, k_seg = segment[:, :, None], segment[:, None, :]
-    # Within one unit: its prompt is visible to all its tokens, a completion only to itself.
     visible = (q_doc == k_doc) & (q_doc >= 0) & ((k_seg == 0) | (q_seg == k_seg))
     pad_self = (q_doc < 0) & torch.eye(width, dtype=torch.bool)[None]  # padding sees itself (no empty rows)
-    attention = ((visible & causal[None]) | pad_self)[:, None]  # [S, 1, T, T]
-    return PackedBatch(ids, pos, attention, row_seq, predict, comp, comp_mask)
+    return ((visible & causal[None]) | pad_self)[:, None]  # [S, 1, T, T]
 
 
 def packed_token_logprobs(model: Any, batch: PackedBatch, temperature: float,

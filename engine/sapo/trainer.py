@@ -14,7 +14,6 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,44 +26,19 @@ from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
-from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
+from engine.sapo.frontier import RecentQuestions, pick_suggestions
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
-from engine.sapo.rows import (
-    LocalGroup,
-    external_rows,
-    local_rows,
-    rollout_metrics,
-    score_group,
-    shape_rewards,
-)
+from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, round_metrics
+from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
 from engine.sapo.sampler import has_signal, make_sampler, select_groups
 from engine.sapo.source_choice import SOURCES, SourceChoice
 from engine.sapo.update import UpdateStats, make_optimizer, policy_update
-from engine.sapo.verdicts import Skipped, skipped_verdicts
+from engine.sapo.verdicts import skipped_verdicts
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    """What one round did. `local_groups` is what the node publishes (with generator log-probs)."""
-
-    round: int  # 1-based count of rounds this trainer has completed, this one included
-    policy_version: int  # optimizer steps taken after this round's update
-    local_groups: tuple[RolloutGroup, ...]  # all I own groups, scored (published even when filtered)
-    used_external: tuple[VerifiedGroup, ...]  # external groups that entered the loss
-    dropped_external: tuple[tuple[RolloutGroup, str], ...]  # external groups left out, with the reason
-    metrics: dict[str, float]  # names as in the store's rounds table
-    per_specialty_reward: dict[str, float]  # own-generation reward mean per specialty
-    phase_seconds: dict[str, float]  # generate, score, prepare, update, total
-    eval: EvalReport | None = None  # the held-out eval, when this round ran one
-    checkpoint: Path | None = None  # the checkpoint written after this round, if any
-    suggested: tuple[VerifiedGroup, ...] = ()  # peers' groups whose question this round answered itself
-    skipped: tuple[Skipped, ...] = ()  # peers' groups passed over (still pooled), with the trainer's verdict
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Trainer:
@@ -131,10 +105,37 @@ class Trainer:
 
     # -- the round --------------------------------------------------------------------------------
     def run_round(self, external: Sequence[VerifiedGroup] = ()) -> RoundResult:
-        cfg, lib = self.cfg, self._lib
         self._baseline_eval()
         t0 = time.perf_counter()
         round_no = self.round + 1
+        asked = self._ask(round_no, external)
+        t_gen = time.perf_counter()
+        scored = self._score(round_no, asked)
+        t_score = time.perf_counter()
+        plan = self._plan_update(asked.external, scored)
+        t_prep = time.perf_counter()
+        stats = self._update(round_no, plan)
+        t_upd = time.perf_counter()
+
+        metrics, per_spec = round_metrics(scored.local, plan.kept, len(asked.suggested), plan.peer_text, stats,
+                                          (t0, t_gen, t_score, t_upd), self._lib.format_reward)
+        metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
+                       external_j=float(plan.j), external_pending=float(plan.pending))
+        self._observe_sources(metrics)
+        phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
+                  "update": t_upd - t_prep, "total": t_upd - t0}
+        self._record_round(metrics, per_spec, phases, len(plan.kept_ids), len(plan.used_external))
+        report, ckpt = self._eval_and_checkpoint(round_no, t0)
+        return RoundResult(round=round_no, policy_version=self.policy_version,
+                           local_groups=tuple(lg.group for lg in scored.local),
+                           used_external=tuple(plan.used_external), dropped_external=tuple(plan.dropped),
+                           metrics=metrics, per_specialty_reward=per_spec, phase_seconds=phases, eval=report,
+                           checkpoint=ckpt, suggested=tuple(asked.suggested),
+                           skipped=skipped_verdicts(asked.external, plan.dropped))
+
+    def _ask(self, round_no: int, external: Sequence[VerifiedGroup]) -> Asked:
+        """Draw the round's I questions and sample L completions to each."""
+        cfg = self.cfg
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
         # Part of the I questions may be peers' frontier questions (regenerated and hash-checked by the
         # pool's gate), answered here on-policy; a group taken for its question is not also a text group.
@@ -144,7 +145,7 @@ class Trainer:
             taken = {id(v) for v in suggested}
             external = [v for v in external if id(v) not in taken]
         refs = mix.sample_refs(self.rng, cfg.num_local - len(suggested), cfg.dataset_seed)
-        questions = [v.question for v in suggested] + [lib.regenerate(r) for r in refs]
+        questions = [v.question for v in suggested] + [self._lib.regenerate(r) for r in refs]
         prompts = [self.prompt(q) for q in questions]
         self._emit(WorkProgress(phase="generating", round=round_no, total=len(prompts) * cfg.completions,
                                 detail=f"{len(prompts)} questions x {cfg.completions} answers"))
@@ -152,78 +153,72 @@ class Trainer:
         gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
         samples = self.generator.generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling,
                                           seed=gen_seed)
-        t_gen = time.perf_counter()
+        return Asked(suggested, external, questions, prompts, samples, gen_version)
 
-        # `local` carries the verifier's correctness rewards (metrics, the curriculum, publishing);
-        # `shaped` the training reward (+ the fading format bonus), which alone picks and weighs groups.
-        weight = lib.format_weight_at(round_no, cfg.format_reward, cfg.format_reward_rounds)
+    def _score(self, round_no: int, asked: Asked) -> Scored:
+        """Score every own completion locally, once as correctness and once shaped for training; the
+        curriculum, the repeated-text guard and the suggesting peers' records learn from it."""
+        weight = self._lib.format_weight_at(round_no, self.cfg.format_reward, self.cfg.format_reward_rounds)
         local: list[LocalGroup] = []
         shaped: list[LocalGroup] = []
-        prov = Provenance.local(self.model_id, gen_version, round_no)
-        for k, (q, prompt, comps) in enumerate(zip(questions, prompts, samples)):
+        prov = Provenance.local(self.model_id, asked.gen_version, round_no)
+        for k, (q, prompt, comps) in enumerate(zip(asked.questions, asked.prompts, asked.samples)):
             group = RolloutGroup(ref=q.ref, question_hash=q.hash, completions=tuple(c.text for c in comps),
                                  provenance=prov, generator_logprobs=tuple(c.logprobs for c in comps))
             group = score_group(group, q, self.reward_fn)
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
-            if k >= len(suggested):  # a peer's question may sit at another rung than ours
+            if k >= len(asked.suggested):  # a peer's question may sit at another rung than ours
                 self.curriculum.observe(q.specialty, group.rewards or ())
             self.repeated_text.observe_own(group.completions, q.text)
             self._recent_questions.add(q.hash)
-        for v, lg in zip(suggested, local):  # each origin's suggestions are judged by what they yielded here
+        for v, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
             self.reputation.record(v.group.provenance.origin_peer, flagged=not has_signal([lg.group])[0])
-        t_score = time.perf_counter()
+        return Scored(weight, local, shaped)
 
+    def _plan_update(self, external: Sequence[VerifiedGroup], scored: Scored) -> UpdatePlan:
+        """Pick the own groups with signal and draw J peers' groups -> the rows the update trains on."""
+        cfg = self.cfg
         # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
         # the draw: a group the screens leave without signal never takes one of the J slots.
-        looks, dropped, pending, repeated = self.first_look.judge(external, weight, cfg.filter_zero_advantage)
+        looks, dropped, pending, repeated = self.first_look.judge(external, scored.weight,
+                                                                  cfg.filter_zero_advantage)
         look_of: dict[int, Look] = {id(shaped): look for look, shaped in looks}
         shaped_ext = [shaped for _, shaped in looks]
         j = cfg.num_external
         if self.j_bandit is not None:  # last round's J earned this round's own reward; pick this round's
-            own = [r for lg in local for r in (lg.group.rewards or ())]
+            own = [r for lg in scored.local for r in (lg.group.rewards or ())]
             self.j_bandit.observe(sum(own) / max(len(own), 1))
             j = self.j_bandit.choose()
-        selection = select_groups([lg.group for lg in shaped], shaped_ext, j, self.sampler,
+        selection = select_groups([lg.group for lg in scored.shaped], shaped_ext, j, self.sampler,
                                   self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
         dropped += [(look_of[id(g)].verified.group, why) for g, why in selection.dropped if not g.is_local]
         kept_ids = {id(g) for g in selection.own}
         chosen = [look_of[id(g)] for g in selection.external]
-        used_ext = [look.verified for look in chosen]
         ext_prompts = [self.prompt(look.verified.question) for look in chosen]
-        rows = local_rows([lg for lg in shaped if id(lg.group) in kept_ids], self.tokenizer, cfg.advantage_eps)
+        rows = local_rows([lg for lg in scored.shaped if id(lg.group) in kept_ids], self.tokenizer,
+                          cfg.advantage_eps)
         rows += external_rows(list(selection.external), ext_prompts, [look.ids for look in chosen],
                               self.tokenizer, cfg.advantage_eps)
-        t_prep = time.perf_counter()
+        kept = [k for k, lg in enumerate(scored.shaped) if id(lg.group) in kept_ids]
+        return UpdatePlan(rows, kept_ids, kept, selection.external, [look.verified for look in chosen], dropped,
+                          j, pending, repeated)
 
-        self._emit(WorkProgress(phase="updating", round=round_no, total=len(kept_ids) + len(chosen),
-                                detail=f"learning from {len(kept_ids) + len(chosen)} groups"))
+    def _update(self, round_no: int, plan: UpdatePlan) -> UpdateStats:
+        """One policy update on the plan's rows; the round counts as done once it has stepped."""
+        trained = len(plan.kept_ids) + len(plan.used_external)
+        self._emit(WorkProgress(phase="updating", round=round_no, total=trained,
+                                detail=f"learning from {trained} groups"))
         self._mid_update = True
-        stats = policy_update(self.model, self.optimizer, rows, cfg, self.pad_id, self.ref_model)
+        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
-        for k, v in enumerate(used_ext):  # what training found out beyond the first look
+        for k, v in enumerate(plan.used_external):  # what training found out beyond the first look
             if k in stats.implausible_sources:
                 self.reputation.record(v.group.provenance.origin_peer, flagged=True)
         self.reputation_snapshot = self.reputation.snapshot()
         self.round = round_no
         self._mid_update = False
-        t_upd = time.perf_counter()
-
-        kept = [k for k, lg in enumerate(shaped) if id(lg.group) in kept_ids]
-        metrics, per_spec = self._round_metrics(local, kept, len(suggested), selection.external, stats,
-                                                (t0, t_gen, t_score, t_upd))
-        metrics.update(format_weight=weight, external_repeated_text=float(repeated), external_j=float(j),
-                       external_pending=float(pending))
-        self._observe_sources(metrics)
-        phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
-                  "update": t_upd - t_prep, "total": t_upd - t0}
-        self._record_round(metrics, per_spec, phases, len(kept_ids), len(used_ext))
-        report, ckpt = self._eval_and_checkpoint(round_no, t0)
-        return RoundResult(round=round_no, policy_version=self.policy_version,
-                           local_groups=tuple(lg.group for lg in local), used_external=tuple(used_ext),
-                           dropped_external=tuple(dropped), metrics=metrics, per_specialty_reward=per_spec,
-                           phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(suggested),
-                           skipped=skipped_verdicts(external, dropped))
+        return stats
 
     def _suggestion_slots(self, candidates: int) -> int:
         """How many of this round's own questions may come from peers' suggestions."""
@@ -274,26 +269,6 @@ class Trainer:
                 max_loss_s=cfg.checkpoint_seconds, overhead=cfg.checkpoint_overhead):
             return report, self.save_checkpoint()
         return report, None
-
-    def _round_metrics(self, local: list[LocalGroup], kept: list[int], suggested: int,
-                       peer_text: Sequence[RolloutGroup], stats: UpdateStats,
-                       times: tuple[float, float, float, float]) -> tuple[dict[str, float], dict[str, float]]:
-        """The round's metrics (names as in the store's rounds table) and own reward per specialty:
-        `kept` own groups and the `peer_text` groups trained on; `times`: start, generated, scored, updated."""
-        t0, t_gen, t_score, t_upd = times
-        metrics, per_spec = rollout_metrics(local)
-        metrics.update(source_metrics(suggested, has_signal([lg.group for lg in local]), kept, len(peer_text),
-                                      gen_seconds=t_score - t0, train_seconds=t_upd - t_score,
-                                      peer_text_mixed=sum(has_signal(peer_text))))
-        gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
-        formatted = [self._lib.format_reward(c) for lg in local for c in lg.group.completions]
-        metrics.update(groups_trained=float(len(kept) + len(peer_text)), rows_trained=float(stats.rows),
-                       tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9),
-                       format_rate=sum(formatted) / max(len(formatted), 1))
-        if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
-            metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
-                           entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
-        return metrics, per_spec
 
     # -- evaluation ------------------------------------------------------------------------------
     def heldout_questions(self) -> list[Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -140,27 +140,68 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
     kl_weights = cfg.beta > 0 or cfg.external_kl_anchor > 0
     if kl_weights and ref_model is None:
         raise ValueError("beta or external_kl_anchor > 0 needs a reference model")
+    kept, denom = _rows_in_loss(rows, cfg, kl_weights)
+    n_tokens = int(sum(len(r.completion_ids) for r in kept))
+    if not kept:
+        return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start)
+
+    device = next(model.parameters()).device
+    chunks = _make_chunks(kept, cfg, pad_id, device)
+    precision = autocast_dtype(cfg.autocast, model)
+    _old_and_ref_logprobs(chunks, model, ref_model if kl_weights else None, cfg, precision, device)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+    tally = _Tally()
+    model.train()
+    for it in range(cfg.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        loss_total, binds_total = 0.0, 0.0
+        for c in chunks:
+            loss, binds = _chunk_backward(model, c, cfg, denom, first_pass=(it == 0), precision=precision,
+                                          device=device, tally=tally)
+            loss_total += loss
+            binds_total += binds
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        tally.norms.append(float(norm))
+        optimizer.step()
+        tally.losses.append(loss_total)
+        tally.clip_fracs.append(binds_total / max(n_tokens, 1))
+    optimizer.zero_grad(set_to_none=True)
+    return UpdateStats(
+        loss=tally.losses[0], loss_per_pass=tuple(tally.losses),
+        grad_norm=sum(tally.norms) / len(tally.norms),
+        clip_fraction=sum(tally.clip_fracs) / len(tally.clip_fracs),
+        clip_fraction_per_pass=tuple(tally.clip_fracs),
+        entropy=tally.entropy_sum / max(n_tokens, 1), kl=tally.kl_sum / max(n_tokens, 1), rows=len(kept),
+        tokens=n_tokens, steps=cfg.num_iterations, seconds=time.perf_counter() - start,
+        implausible=tally.implausible, implausible_sources=frozenset(tally.implausible_sources))
+
+
+def _rows_in_loss(rows: Sequence[TrainRow], cfg: SapoConfig, kl_weights: bool) -> tuple[list[TrainRow], float]:
+    """-> (the rows the forward passes see, the loss denominator). The denominator is fixed over every
+    row the strategy keeps, zero-advantage ones included, before those are skipped."""
     # Completions the strategy leaves out never reach the forward pass.
-    adv_all = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
-    ext_all = torch.tensor([r.external for r in rows], dtype=torch.bool)
-    has_all = torch.tensor([_has_gen(r) for r in rows], dtype=torch.bool)
+    adv_all = torch.tensor([r.advantage for r in rows], dtype=torch.float32)  # [N]
+    ext_all = torch.tensor([r.external for r in rows], dtype=torch.bool)  # [N]
+    has_all = torch.tensor([_has_gen(r) for r in rows], dtype=torch.bool)  # [N]
     _, keep = apply_external_strategy(cfg.external_strategy, adv_all, ext_all, torch.zeros(len(rows)),
                                       torch.zeros(len(rows)), has_all, cfg.importance_max_weight)
     kept = [r for r, k in zip(rows, keep.tolist()) if k and len(r.completion_ids) > 0]
-    token_mask = torch.zeros((len(kept), max([len(r.completion_ids) for r in kept] or [1])))
+    token_mask = torch.zeros((len(kept), max([len(r.completion_ids) for r in kept] or [1])))  # [n, C]
     for i, r in enumerate(kept):
         token_mask[i, :len(r.completion_ids)] = 1.0
     denom = loss_denominator(cfg.loss_norm, token_mask, torch.tensor([r.advantage for r in kept]),
                              constant=cfg.questions_per_round * cfg.completions * cfg.sampling.max_new_tokens)
     if not kl_weights:  # zero-advantage rows add nothing but compute (they still count in `tokens`)
         kept = [r for r in kept if r.advantage != 0.0]
-    n_tokens = int(sum(len(r.completion_ids) for r in kept))
-    if not kept:
-        return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start)
+    return kept, denom
 
-    device = next(model.parameters()).device
+
+def _make_chunks(rows: Sequence[TrainRow], cfg: SapoConfig, pad_id: int, device: torch.device) -> list[_Chunk]:
+    """The rows as packed micro-batches on `device` (see _chunk_rows)."""
     chunks: list[_Chunk] = []
-    for part in _chunk_rows(kept, cfg.micro_batch, cfg.micro_batch_tokens):
+    for part in _chunk_rows(rows, cfg.micro_batch, cfg.micro_batch_tokens):
         batch = build_packed_batch([r.prompt_ids for r in part], [r.completion_ids for r in part], pad_id,
                                    max_len=cfg.pack_len)
         gen = [r.generator_logp_sum if _has_gen(r) and r.generator_logp_sum is not None else 0.0 for r in part]
@@ -169,58 +210,59 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
                              torch.tensor(gen, device=device).clamp(max=0.0),  # a log-prob is <= 0
                              torch.tensor([_has_gen(r) for r in part], device=device),
                              sources=tuple(r.source for r in part)))
+    return chunks
+
+
+def _old_and_ref_logprobs(chunks: list[_Chunk], model: Any, ref_model: Any | None, cfg: SapoConfig,
+                          precision: torch.dtype | None, device: torch.device) -> None:
+    """Fill each chunk's old log-probs (only with several passes) and reference log-probs (only with a
+    reference), before the first step."""
     temperature = cfg.sampling.temperature
-    precision = autocast_dtype(cfg.autocast, model)
     with torch.no_grad(), _precision(precision, device):  # old and reference under the same numerics
         for c in chunks:
             if cfg.num_iterations > 1:
                 c.old = packed_token_logprobs(model, c.batch, temperature)[0]
-            if kl_weights:
+            if ref_model is not None:
                 c.ref = packed_token_logprobs(ref_model, c.batch, temperature)[0]
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-    losses, clip_fracs, norms = [], [], []
-    entropy_sum = kl_sum = 0.0
-    implausible = 0
-    implausible_sources: set[int] = set()
-    model.train()
-    for it in range(cfg.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss_total, binds_total = 0.0, 0.0
-        for c in chunks:
-            with _precision(precision, device):
-                logp, ent = packed_token_logprobs(model, c.batch, temperature, with_entropy=(it == 0))  # [b, C]
-            old = c.old if c.old is not None else logp.detach()
-            mask = c.batch.completion_mask  # [b, C]
-            if c.plausible is None:  # under the round's starting policy, the same on every pass
-                c.plausible = plausible_completions(old, mask, c.external, cfg.external_min_logprob)
-                implausible += int((~c.plausible).sum())
-                implausible_sources.update(c.sources[i] for i in (~c.plausible).nonzero().flatten().tolist())
-            adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),
-                                             c.gen_sum, c.has_gen, cfg.importance_max_weight)
-            adv = adv * c.plausible.to(adv.dtype)
-            token_loss, binds = clipped_token_objective(logp, old, adv, cfg.eps_low, cfg.eps_high)
-            if c.ref is not None:
-                kl = kl_k3(logp, c.ref)  # [b, C]
-                token_loss = token_loss + (cfg.beta + cfg.external_kl_anchor * c.external.float()[:, None]) * kl
-                if it == 0:
-                    kl_sum += float((kl.detach() * mask).sum())
-            loss = masked_loss_sum(token_loss, mask) / denom
-            loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves it untyped
-            loss_total += float(loss.detach())
-            binds_total += float((binds.float() * mask).sum())
-            if ent is not None:
-                entropy_sum += float(ent.sum())
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        norms.append(float(norm))
-        optimizer.step()
-        losses.append(loss_total)
-        clip_fracs.append(binds_total / max(n_tokens, 1))
-    optimizer.zero_grad(set_to_none=True)
-    return UpdateStats(
-        loss=losses[0], loss_per_pass=tuple(losses), grad_norm=sum(norms) / len(norms),
-        clip_fraction=sum(clip_fracs) / len(clip_fracs), clip_fraction_per_pass=tuple(clip_fracs),
-        entropy=entropy_sum / max(n_tokens, 1), kl=kl_sum / max(n_tokens, 1), rows=len(kept),
-        tokens=n_tokens, steps=cfg.num_iterations, seconds=time.perf_counter() - start, implausible=implausible,
-        implausible_sources=frozenset(implausible_sources))
+
+@dataclass
+class _Tally:
+    """What the passes add up to: per pass loss, clip fraction and gradient norm; entropy and KL over
+    the first pass; external completions found implausible."""
+
+    losses: list[float] = field(default_factory=list)
+    clip_fracs: list[float] = field(default_factory=list)
+    norms: list[float] = field(default_factory=list)
+    entropy_sum: float = 0.0
+    kl_sum: float = 0.0
+    implausible: int = 0
+    implausible_sources: set[int] = field(default_factory=set)
+
+
+def _chunk_backward(model: Any, c: _Chunk, cfg: SapoConfig, denom: float, *, first_pass: bool,
+                    precision: torch.dtype | None, device: torch.device, tally: _Tally) -> tuple[float, float]:
+    """Forward one chunk, backward its share of the loss -> (its loss, clipped tokens)."""
+    with _precision(precision, device):
+        logp, ent = packed_token_logprobs(model, c.batch, cfg.sampling.temperature,
+                                          with_entropy=first_pass)  # [b, C]
+    old = c.old if c.old is not None else logp.detach()  # [b, C]
+    mask = c.batch.completion_mask  # [b, C]
+    if c.plausible is None:  # under the round's starting policy, the same on every pass
+        c.plausible = plausible_completions(old, mask, c.external, cfg.external_min_logprob)  # [b]
+        tally.implausible += int((~c.plausible).sum())
+        tally.implausible_sources.update(c.sources[i] for i in (~c.plausible).nonzero().flatten().tolist())
+    adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),
+                                     c.gen_sum, c.has_gen, cfg.importance_max_weight)  # [b]
+    adv = adv * c.plausible.to(adv.dtype)
+    token_loss, binds = clipped_token_objective(logp, old, adv, cfg.eps_low, cfg.eps_high)  # [b, C]
+    if c.ref is not None:
+        kl = kl_k3(logp, c.ref)  # [b, C]
+        token_loss = token_loss + (cfg.beta + cfg.external_kl_anchor * c.external.float()[:, None]) * kl
+        if first_pass:
+            tally.kl_sum += float((kl.detach() * mask).sum())
+    loss = masked_loss_sum(token_loss, mask) / denom
+    loss.backward()  # type: ignore[no-untyped-call]  # torch's stub leaves it untyped
+    if ent is not None:
+        tally.entropy_sum += float(ent.sum())
+    return float(loss.detach()), float((binds.float() * mask).sum())

@@ -1,0 +1,99 @@
+"""What one SAPO round hands from phase to phase (asked -> scored -> planned -> updated), the metrics it
+reports, and the RoundResult it ends with. Plain data and pure functions: `Trainer.run_round` drives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.evaluation import EvalReport
+from engine.models.generate import Completion
+from engine.sapo.frontier import source_metrics
+from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.rows import LocalGroup, rollout_metrics
+from engine.sapo.sampler import has_signal
+from engine.sapo.update import TrainRow, UpdateStats
+from engine.sapo.verdicts import Skipped
+
+if TYPE_CHECKING:
+    from engine.tasks.library import Question
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round did. `local_groups` is what the node publishes (with generator log-probs)."""
+
+    round: int  # 1-based count of rounds this trainer has completed, this one included
+    policy_version: int  # optimizer steps taken after this round's update
+    local_groups: tuple[RolloutGroup, ...]  # all I own groups, scored (published even when filtered)
+    used_external: tuple[VerifiedGroup, ...]  # external groups that entered the loss
+    dropped_external: tuple[tuple[RolloutGroup, str], ...]  # external groups left out, with the reason
+    metrics: dict[str, float]  # names as in the store's rounds table
+    per_specialty_reward: dict[str, float]  # own-generation reward mean per specialty
+    phase_seconds: dict[str, float]  # generate, score, prepare, update, total
+    eval: EvalReport | None = None  # the held-out eval, when this round ran one
+    checkpoint: Path | None = None  # the checkpoint written after this round, if any
+    suggested: tuple[VerifiedGroup, ...] = ()  # peers' groups whose question this round answered itself
+    skipped: tuple[Skipped, ...] = ()  # peers' groups passed over (still pooled), with the trainer's verdict
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The round's I questions and the policy's L answers to each."""
+
+    suggested: list[VerifiedGroup]  # peers' groups taken for their question (asked first)
+    external: Sequence[VerifiedGroup]  # the rest of the peers' groups: candidates for text training
+    questions: list[Question]  # suggested questions, then own draws
+    prompts: list[str]  # [I] rendered prompts
+    samples: list[list[Completion]]  # [I][L]
+    gen_version: int  # policy version of the weights that sampled
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Own groups scored twice: `local` carries the verifier's correctness rewards (metrics, the
+    curriculum, publishing); `shaped` the training reward (+ the fading format bonus), which alone
+    picks and weighs groups."""
+
+    weight: float  # the format bonus's weight this round
+    local: list[LocalGroup]
+    shaped: list[LocalGroup]
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """What the update trains on, and what was left out."""
+
+    rows: list[TrainRow]
+    kept_ids: set[int]  # id() of the own (shaped) groups kept
+    kept: list[int]  # their indices among the round's own groups
+    peer_text: list[RolloutGroup]  # the J external groups drawn, as trained on
+    used_external: list[VerifiedGroup]  # the same groups as the pool verified them
+    dropped: list[tuple[RolloutGroup, str]]  # external groups left out, with the reason
+    j: int  # J this round
+    pending: int  # external groups not yet judged
+    repeated: int  # completions the repeated-text screen removed
+
+
+def round_metrics(local: list[LocalGroup], kept: list[int], suggested: int, peer_text: Sequence[RolloutGroup],
+                  stats: UpdateStats, times: tuple[float, float, float, float],
+                  format_reward: Callable[[str], float]) -> tuple[dict[str, float], dict[str, float]]:
+    """The round's metrics (names as in the store's rounds table) and own reward per specialty:
+    `kept` own groups and the `peer_text` groups trained on; `times`: start, generated, scored, updated."""
+    t0, t_gen, t_score, t_upd = times
+    metrics, per_spec = rollout_metrics(local)
+    metrics.update(source_metrics(suggested, has_signal([lg.group for lg in local]), kept, len(peer_text),
+                                  gen_seconds=t_score - t0, train_seconds=t_upd - t_score,
+                                  peer_text_mixed=sum(has_signal(peer_text))))
+    gen_tokens = sum(len(c.token_ids) for lg in local for c in lg.completions)
+    formatted = [format_reward(c) for lg in local for c in lg.group.completions]
+    metrics.update(groups_trained=float(len(kept) + len(peer_text)), rows_trained=float(stats.rows),
+                   tokens_per_s=gen_tokens / max(t_gen - t0, 1e-9),
+                   format_rate=sum(formatted) / max(len(formatted), 1))
+    if stats.rows:  # update metrics exist only for rounds that updated (stored as NULL otherwise)
+        metrics.update(loss=stats.loss, grad_norm=stats.grad_norm, clip_fraction=stats.clip_fraction,
+                       entropy=stats.entropy, kl=stats.kl, external_implausible=float(stats.implausible))
+    return metrics, per_spec
