@@ -22,13 +22,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from pytestqt.qtbot import QtBot
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Machine tab probes the model hub only when downloads are on
 
+from app.bridge import EngineBridge
+from app.views.main_window import MainWindow
 from engine.control.api import NodeControl
 from engine.control.server import ControlServer
-from engine.control.token import create_token, remove_control_info, write_control_info
+from engine.control.token import (
+    create_token,
+    read_control_info,
+    read_token,
+    remove_control_info,
+    write_control_info,
+)
 from engine.node import Node, NodeConfig
 from engine.sapo.config import SapoConfig, preset
 from engine.swarm.config import SwarmConfig
@@ -199,3 +208,26 @@ def slow_engine(tmp_path: Path, tiny_model: Path) -> Iterator[EngineThread]:
         yield eng
     finally:
         eng.close()
+
+
+def open_window(qtbot: QtBot, bridge: EngineBridge) -> MainWindow:
+    window = MainWindow(bridge, refresh_ms=50, use_tray=False)
+    qtbot.addWidget(window)
+    bridge.start()
+    window.show()
+    return window
+
+
+def connected_window(qtbot: QtBot, engine: EngineThread) -> MainWindow:
+    bridge = EngineBridge(engine.url, lambda: read_token(engine.data_dir), reconnect_s=0.1,
+                          url_provider=lambda: (info := read_control_info(engine.data_dir)) and info.url)
+    win = open_window(qtbot, bridge)
+    qtbot.waitUntil(lambda: win.model.node.connected, timeout=10_000)
+    return win
+
+
+@pytest.fixture
+def window(qtbot: QtBot, engine: EngineThread) -> Iterator[MainWindow]:
+    win = connected_window(qtbot, engine)
+    yield win
+    win.shutdown()

@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineThread
+from conftest import EngineThread, connected_window
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
-from test_gui_window import connected_window
 
 from app.views.main_window import MainWindow
 from engine.control.api import ModelProgress

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from conftest import EngineThread
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
-from test_gui_window import connected_window
 
 from app.views.main_window import MainWindow
 from engine.ask import MAX_QUESTION_CHARS
@@ -43,13 +40,6 @@ def test_ask_over_the_control_api(engine: EngineThread) -> None:
     assert isinstance(first, dict) and first["specialty"] == "basic_arithmetic"
     assert first["yours"]["correct"] in (True, False) and first["start"]["correct"] in (True, False)
     assert first["expected"]
-
-
-@pytest.fixture
-def window(qtbot: QtBot, engine: EngineThread) -> Iterator[MainWindow]:
-    win = connected_window(qtbot, engine)
-    yield win
-    win.shutdown()
 
 
 def test_the_try_it_tab_asks_and_shows_both_answers(qtbot: QtBot, window: MainWindow,

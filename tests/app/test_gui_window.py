@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import EngineThread
+from conftest import EngineThread, connected_window, open_window
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
@@ -18,33 +18,10 @@ from app.bridge import EngineBridge
 from app.views.machine import human_bytes
 from app.views.main_window import MainWindow
 from engine.control.server import ControlServer
-from engine.control.token import create_token, read_control_info, read_token, write_control_info
+from engine.control.token import create_token, write_control_info
 from engine.settings import ContributorSettings
 
 WAIT_MS = 10_000
-
-
-def _window(qtbot: QtBot, bridge: EngineBridge) -> MainWindow:
-    window = MainWindow(bridge, refresh_ms=50, use_tray=False)
-    qtbot.addWidget(window)
-    bridge.start()
-    window.show()
-    return window
-
-
-def connected_window(qtbot: QtBot, engine: EngineThread) -> MainWindow:
-    bridge = EngineBridge(engine.url, lambda: read_token(engine.data_dir), reconnect_s=0.1,
-                          url_provider=lambda: (info := read_control_info(engine.data_dir)) and info.url)
-    win = _window(qtbot, bridge)
-    qtbot.waitUntil(lambda: win.model.node.connected, timeout=WAIT_MS)
-    return win
-
-
-@pytest.fixture
-def window(qtbot: QtBot, engine: EngineThread) -> Iterator[MainWindow]:
-    win = connected_window(qtbot, engine)
-    yield win
-    win.shutdown()
 
 
 @pytest.fixture
@@ -212,7 +189,7 @@ def test_fast_paths_text_survives_a_malformed_report() -> None:
 
 def test_wrong_token_is_shown_and_nothing_is_allowed(qtbot: QtBot, engine: EngineThread) -> None:
     bridge = EngineBridge(engine.url, lambda: "A" * 43, reconnect_s=0.1)
-    win = _window(qtbot, bridge)
+    win = open_window(qtbot, bridge)
     qtbot.waitUntil(lambda: "wrong control token" in win.statusBar().currentMessage(), timeout=WAIT_MS)
     assert not win.model.node.connected and not win.join_button.isEnabled()
     assert win.state_label.text() == "Engine not connected"
