@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -96,6 +99,32 @@ def _text(value: Any) -> str:
     return str(value)[:300]
 
 
+MEASURED_ROUNDS = 20  # newest rounds the measured round time is the median of
+
+
+def round_estimate_text(lent: Any, every_core_s: Any) -> str | None:
+    """`sapo doctor`'s round time for the cores the contributor lends (and beside today's load), else for
+    every core."""
+    lent_s, threads, now_s = _get(lent, "round_seconds"), _get(lent, "threads"), _get(lent, "round_seconds_now")
+    if not _number(lent_s):
+        return f"~{every_core_s:,.0f} s per round" if _number(every_core_s) else None
+    text = f"~{lent_s:,.0f} s per round on the {threads} core{'s' if threads != 1 else ''} you lend"
+    if _number(now_s) and abs(now_s - lent_s) >= 1:
+        text += f" (~{now_s:,.0f} s beside what else runs now)"
+    return text
+
+
+def measured_text(round_seconds: Sequence[float]) -> str:
+    newest = [s for s in list(round_seconds)[-MEASURED_ROUNDS:] if s >= 0]
+    if not newest:
+        return "no round yet"
+    return f"{statistics.median(newest):,.0f} s per round (median of the last {len(newest)} here)"
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class MachineView(QWidget):
     refresh_requested = Signal()
     switch_requested = Signal(str)  # catalog model id
@@ -112,7 +141,8 @@ class MachineView(QWidget):
         self.labels: dict[str, QLabel] = {}
         for form, keys in ((self.device_form, ("Device", "Processor", "Memory", "Memory budget", "GPU", "Battery",
                                              "Fast paths")),
-                           (self.pick_form, ("Model", "Backend", "Memory needed", "Verdict", "Round time", "Why"))):
+                           (self.pick_form, ("Model", "Backend", "Memory needed", "Verdict", "Round time", "Measured",
+                                            "Why"))):
             for key in keys:
                 label = QLabel("–")
                 label.setWordWrap(True)
@@ -180,8 +210,7 @@ class MachineView(QWidget):
                     f"{human_bytes(_get(pick, 'budget_bytes'))}")
         verdict = _text(_get(pick, "verdict"))
         self.labels["True:Verdict"].setText(f"<b style='color:{VERDICT_COLORS.get(verdict, '#b91c1c')}'>{verdict}</b>")
-        rs = _get(pick, "round_seconds")
-        self._label(True, "Round time", f"~{rs:,.0f} s per round" if isinstance(rs, (int, float)) else None)
+        self._label(True, "Round time", round_estimate_text(_get(machine, "lent") or {}, _get(pick, "round_seconds")))
         self._label(True, "Why", _get(pick, "reason") or "")
         candidates = [c for c in (_get(machine, "candidates") or []) if isinstance(c, dict)][:200]
         self.table.setRowCount(len(candidates))
@@ -200,6 +229,10 @@ class MachineView(QWidget):
                     item.setToolTip(AVAILABILITY_TIPS.get(str(value), ""))
                 self.table.setItem(i, col, item)
         self._mark_current()
+
+    def show_measured(self, round_seconds: Sequence[float]) -> None:
+        """Beside the estimate, what rounds here took: the median of the newest (the dashboard's)."""
+        self._label(True, "Measured", measured_text(round_seconds))
 
     def set_current_model(self, model: str, switch_allowed: bool) -> None:
         """Mark the row of the model the node trains; the switch button works while stopped or paused."""

@@ -234,6 +234,9 @@ class MainWindow(EngineActions, QMainWindow):
             self._swarm_polled = now  # the swarm's and the contribution's counters come with `status` only
             self.refresh_status()
         self.machine.show_progress(self.model.progress)
+        if drawn and current is self.machine:
+            total = self.model.dashboard.phases.get("total")
+            self.machine.show_measured(total.y.tolist() if total is not None else [])
         self.dashboard.set_eval_every(self.model.node.eval_every, self.model.node.eval_every_s)
         for alert in self.fleet.tick():  # an engine of the fleet stopped, went silent or crashed
             self.home.model.log.add("warning", alert)

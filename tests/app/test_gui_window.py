@@ -161,8 +161,9 @@ def test_settings_apply_validate_and_snooze(qtbot: QtBot, window: MainWindow, en
 def test_machine_tab_shows_the_doctor_report(qtbot: QtBot, window: MainWindow, engine: EngineThread) -> None:
     view = window.machine
     window.tabs.setCurrentWidget(view)
-    report = engine.node.machine()
-    qtbot.waitUntil(lambda: view.table.rowCount() == len(report["candidates"]) > 0, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: bool(window.model.machine) and view.table.rowCount() > 0, timeout=WAIT_MS)
+    report = window.model.machine  # the report shown (memory figures move between two probes)
+    assert view.table.rowCount() == len(report["candidates"])
     assert view.labels["False:Device"].text().startswith(report["device"]["kind"].upper())
     assert view.labels["False:Memory budget"].text() == human_bytes(report["device"]["budget_bytes"])
     assert report["pick"]["verdict"] in view.labels["True:Verdict"].text()
@@ -176,6 +177,21 @@ def test_machine_tab_shows_the_doctor_report(qtbot: QtBot, window: MainWindow, e
     assert available["seed"].text() == "installed" and "train now" in available["seed"].toolTip()
     assert {item.text() for item in available.values()} <= {"installed", "not installed (downloads are off)",
                                                             "not installed"}
+    lent = report["lent"]  # the estimate is for the cores lent, and rounds measured here stand beside it
+    assert view.labels["True:Round time"].text().startswith(f"~{lent['round_seconds']:,.0f} s per round on the")
+    engine.run(engine.node.join())
+    qtbot.waitUntil(lambda: "median of the last" in view.labels["True:Measured"].text(), timeout=WAIT_MS)
+
+
+def test_round_time_texts_read_malformed_reports_safely() -> None:
+    from app.views.machine import measured_text, round_estimate_text
+
+    assert round_estimate_text({"round_seconds": 12.4, "threads": 1, "round_seconds_now": 30.0}, 8.0) == \
+        "~12 s per round on the 1 core you lend (~30 s beside what else runs now)"
+    assert round_estimate_text({"round_seconds": "x"}, 8.0) == "~8 s per round"
+    assert round_estimate_text(None, float("nan")) is None
+    assert measured_text([]) == "no round yet"
+    assert measured_text([5.0] * 30 + [9.0, 11.0]) == "5 s per round (median of the last 20 here)"
 
 
 def test_fast_paths_text_survives_a_malformed_report() -> None:
