@@ -46,9 +46,9 @@ def work_text(work: WorkProgress) -> str:
     if work.phase == "loading_model":
         return f"Loading {work.detail or 'the model'}"
     if work.phase == "generating":
-        return f"Round {work.round:,}: writing {work.total} answers ({work.detail})"
+        return f"Round {work.round:,}: writing {work.total} answer{'' if work.total == 1 else 's'} ({work.detail})"
     if work.phase == "updating":
-        return f"Round {work.round:,}: learning from {work.total} groups"
+        return f"Round {work.round:,}: learning from {work.total} group{'' if work.total == 1 else 's'}"
     return f"Checking held-out questions: {work.done} of {work.total}"  # evaluating
 
 

@@ -57,6 +57,7 @@ class Header(QFrame):
         state_row.addStretch(1)
         self.state_detail = QLabel()
         self.state_detail.setObjectName("stateDetail")
+        self.state_detail.setWordWrap(True)  # a long phase ("Loading <model> (a minute or two ...)") wraps, never widens the window
         self.crash_note = QLabel()
         self.crash_note.setObjectName("crashNote")
         self.crash_note.setWordWrap(True)
@@ -125,7 +126,7 @@ class Header(QFrame):
         self.crash_note.setVisible(bool(note))
         parts = ([f"Showing {elsewhere}"] if elsewhere else []) + [node.peer_name, node.device.upper(), node.backend,
                                                                    swarm]
-        self.subtitle.setText(" · ".join(p for p in parts if p))
+        self.subtitle.setText(" · ".join(p for p in parts if p) or "this computer · not started yet")
         self.home_button.setVisible(bool(elsewhere))
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")
