@@ -332,6 +332,12 @@ class Node:
                                    f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))
         return trainer
 
+    def _follow_peers(self) -> None:
+        """A peer came or went: a training node says at once whether it trains with others, not only
+        when its next round starts (a real model's round, or its first held-out check, takes minutes)."""
+        if self._state in ("solo", "in_swarm"):
+            self._set_state("in_swarm" if self.net.peer_count() else "solo", training=True)
+
     def _run_one_round(self, trainer: Any) -> None:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
         self._contribution.round_started()
@@ -371,6 +377,7 @@ class Node:
         elif isinstance(event, PeerUpdated):
             self.store.upsert_peer(event.peer_id, event.name, event.model, event.found_by, event.address,
                                    event.ts)
+            self._follow_peers()
         elif isinstance(event, LogRecord):
             level = event.level if event.level in ("info", "warning", "error") else "info"
             getattr(log, level)(event.message)
