@@ -30,6 +30,7 @@ from engine.errors import SapoError
 MAX_ENGINES = 32
 TRAINING_STATES = ("training", "in_swarm", "solo", "joining")  # states in which rounds are expected
 SILENT_AFTER_S = 60.0  # no answer for this long after answering: "went silent"
+ASKED_STOP_S = 600.0  # after this window asks an engine to leave or pause: its stopping raises no alert
 STALL_AFTER_S = 600.0  # training but no new round for this long: "stopped training"
 
 
@@ -149,8 +150,9 @@ def report_from_status(entry: FleetEntry, status: Any, now: float) -> EngineRepo
 STATE_WORDS = {"leaving": "leaving the swarm", "stopped": "", "pausing": "pausing", "joining": "joining again"}
 
 
-def alerts(before: EngineReport | None, after: EngineReport, now: float) -> list[str]:
-    """What deserves a desktop notification between two reports of one engine."""
+def alerts(before: EngineReport | None, after: EngineReport, now: float, asked: bool = False) -> list[str]:
+    """What deserves a desktop notification between two reports of one engine (`asked`: the person at
+    this window just asked it to leave or pause, so its stopping is no news)."""
     out: list[str] = []
     name = after.name
     if after.crash_at is not None and (before is None or before.crash_at is None or after.crash_at > before.crash_at) \
@@ -167,7 +169,7 @@ def alerts(before: EngineReport | None, after: EngineReport, now: float) -> list
         out.append(f"{name} went silent: no answer for {now - (after.last_contact or now):.0f} s "
                    f"({after.error or 'unreachable'})")
     if after.reachable and before.state in TRAINING_STATES and after.state not in TRAINING_STATES \
-            and after.state not in ("paused",):
+            and after.state not in ("paused",) and not asked:
         words = STATE_WORDS.get(after.state, after.state)
         out.append(f"{name} stopped training" + (f" ({words})" if words else ""))
     if after.reachable and after.state in TRAINING_STATES and crossed(after.last_round_at, STALL_AFTER_S):
@@ -185,6 +187,7 @@ class FleetPoller:
         self._entries = list(entries)[:MAX_ENGINES]
         self._reports: dict[str, EngineReport] = {}
         self._alerts: list[str] = []
+        self._asked: dict[str, float] = {}  # url -> until when (monotonic) its stopping was asked for here
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -203,6 +206,14 @@ class FleetPoller:
     def reports(self) -> list[EngineReport]:
         with self._lock:
             return [self._reports.get(e.url) or EngineReport(e.name, e.url) for e in self._entries]
+
+    def expect_stop(self, url: str, seconds: float = ASKED_STOP_S) -> None:
+        """This window asked the engine at `url` to leave or pause: no "stopped training" alert for it
+        for `seconds` (a round in flight ends first)."""
+        now = time.monotonic()
+        with self._lock:
+            self._asked = {u: t for u, t in self._asked.items() if t > now}  # bounded by the engines asked
+            self._asked[url] = now + seconds
 
     def take_alerts(self) -> list[str]:
         with self._lock:
@@ -266,5 +277,6 @@ class FleetPoller:
                 report = replace(before, reachable=False, error=report.error, checked_at=now)
             elif not report.reachable:
                 report = replace(report, checked_at=now)
-            self._alerts += alerts(before, report, now)
+            asked = time.monotonic() < self._asked.get(entry.url, 0.0)
+            self._alerts += alerts(before, report, now, asked=asked)
             self._reports[entry.url] = report

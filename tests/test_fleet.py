@@ -75,6 +75,7 @@ def test_alerts_fire_once_when_an_engine_stops_goes_silent_or_crashes() -> None:
     assert alerts(None, ok, t) == [] and alerts(ok, _training(t + 3), t + 3) == []
     stopped = _training(t + 3, state="stopped")
     assert alerts(ok, stopped, t + 3) == ["box stopped training"]
+    assert alerts(ok, stopped, t + 3, asked=True) == []  # left or paused from this window: no news
     assert alerts(ok, _training(t + 3, state="paused"), t + 3) == []  # the contributor paused it
     # silent: unreachable, keeping its last contact; alerted when 60 s pass, once
     gone = lambda now: replace(ok, reachable=False, checked_at=now, error="connection refused")

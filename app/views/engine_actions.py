@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from app.views.machine import MachineView
     from app.views.settings import SettingsView
+    from engine.fleet import FleetPoller
 
 
 class EngineActions:
@@ -31,6 +32,7 @@ class EngineActions:
     session: EngineSession
     settings: SettingsView
     machine: MachineView
+    fleet_poller: FleetPoller
 
     if TYPE_CHECKING:  # the window's own (QMainWindow's and MainWindow's); defined here they would shadow them
         def statusBar(self) -> QStatusBar: ...
@@ -91,6 +93,8 @@ class EngineActions:
         if not node.connected or s.busy:
             return
         method = "join" if node.state == "stopped" else "leave"
+        if method == "leave":
+            self.fleet_poller.expect_stop(s.bridge.url)  # asked for here: no "stopped training" alert
         s.busy = True
         self._update_header()
 
@@ -103,6 +107,7 @@ class EngineActions:
         s.bridge.call(method, None, reply)
 
     def pause_after_round(self, session: EngineSession | None = None) -> None:
+        self.fleet_poller.expect_stop((session or self.session).bridge.url)
         self._call("pause", {"after_round": True}, session=session)
 
     def resume(self, session: EngineSession | None = None) -> None:

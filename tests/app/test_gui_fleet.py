@@ -38,6 +38,14 @@ def test_the_poller_reports_a_real_engine_and_alerts_when_it_stops(engine: Engin
         poller.take_alerts()
         engine.run(engine.node.leave(), timeout=120)
         _wait(lambda: any("stopped training" in a for a in poller.take_alerts()))
+        # left from this window: the person who clicked Leave needs no notification of it
+        engine.run(engine.node.join())
+        _wait(lambda: poller.reports()[0].state in ("in_swarm", "solo", "training"))
+        poller.expect_stop(live.url)
+        engine.run(engine.node.leave(), timeout=120)
+        _wait(lambda: poller.reports()[0].state == "stopped")
+        time.sleep(0.5)  # a few more polls
+        assert not [a for a in poller.take_alerts() if "stopped training" in a]
     finally:
         poller.stop()
 
