@@ -21,11 +21,11 @@ from engine.errors import SapoError
 from engine.events import ROLLOUT_STATUSES
 from engine.store_schema import (
     PHASES,
-    ROUND_METRICS,
-    ROUND_METRICS_V2,
+    ROUND_METRICS,  # noqa: F401 (re-exported: callers read the v1 columns here)
     SCHEMA,
     SCHEMA_VERSION,
     SOURCE_METRICS,
+    STORED_METRICS,
     migrate,
 )
 
@@ -126,15 +126,14 @@ class Store:
         values: list[Any] = [_count(round, "round"), _count(policy_version, "policy_version"),
                   _finite(ts if ts is not None else time.time(), "ts"),
                   _count(num_local, "num_local"), _count(num_external, "num_external")]
-        metric_names = ROUND_METRICS + ROUND_METRICS_V2 + SOURCE_METRICS
-        values += [_finite(metrics[m], m) if m in metrics else None for m in metric_names]
+        values += [_finite(metrics[m], m) if m in metrics else None for m in STORED_METRICS]
         values += [_finite(phase_seconds[p], p) if p in phase_seconds else None for p in PHASES]
         spec = {_text(k, "specialty"): _finite(v, k) for k, v in per_specialty.items()}
         values.append(json.dumps(spec, sort_keys=True))
         values.append(json.dumps({_text(k, "specialty"): _count(v, k) for k, v in (rungs or {}).items()},
                                  sort_keys=True))
         values.append(_text(model, "model"))
-        cols = ["round", "policy_version", "ts", "num_local", "num_external", *metric_names,
+        cols = ["round", "policy_version", "ts", "num_local", "num_external", *STORED_METRICS,
                 *(f"seconds_{p}" for p in PHASES), "per_specialty_json", "rungs_json", "model"]
         self._write(f"INSERT OR REPLACE INTO rounds ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                     values)
@@ -260,8 +259,8 @@ class Store:
         reward_<specialty> columns) -> rows."""
         rows = self.rounds()
         specialties = sorted({s for r in rows for s in r["per_specialty"]})
-        head = ["round", "policy_version", "model", "ts", "num_local", "num_external", *ROUND_METRICS, *ROUND_METRICS_V2,
-                *SOURCE_METRICS, *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
+        head = ["round", "policy_version", "model", "ts", "num_local", "num_external", *STORED_METRICS,
+                *(f"seconds_{p}" for p in PHASES), *(f"reward_{s}" for s in specialties)]
         writer = csv.writer(out)
         writer.writerow(head)
         for r in rows:

@@ -7,29 +7,27 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 7
+from engine.metrics import COLUMNS_FROZEN_AT, STORED, columns
 
-# Per-round scalar metrics, in the order `sapo history` prints them.
-ROUND_METRICS: tuple[str, ...] = (
-    "reward_mean", "reward_std", "frac_reward_zero_std", "completion_len_mean", "completion_len_max",
-    "completion_clipped_ratio", "entropy", "loss", "grad_norm", "clip_fraction", "kl", "tokens_per_s",
-    "groups_trained", "rows_trained",
-)
+# A stored metric added to the registry after v7 takes the next version: the schema follows it.
+SCHEMA_VERSION = max(COLUMNS_FROZEN_AT, *(m.since or 1 for m in STORED))
+
+# Per-round scalar metrics (engine/metrics.py), in the order `sapo history` prints them.
+ROUND_METRICS: tuple[str, ...] = columns(1)
 PHASES: tuple[str, ...] = ("generate", "score", "prepare", "update", "total")
 # Added in schema v2 (appended to v1 tables by `migrate`): the format warm-up, recorded apart from the
 # correctness reward (format_rate: own completions with a well-formed answer; format_weight: the bonus's
 # weight that round), and each specialty's curriculum rung.
-ROUND_METRICS_V2: tuple[str, ...] = ("format_rate", "format_weight")
+ROUND_METRICS_V2: tuple[str, ...] = columns(2)
 # Schema v5: where the round's groups came from (own pick, a peer's frontier question, a peer's text
 # group), how many of each had signal, and the round's seconds split between them (sapo/frontier.py).
-ROUND_METRICS_V5: tuple[str, ...] = (
-    "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed", "peer_text_groups",
-    "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
-)
+ROUND_METRICS_V5: tuple[str, ...] = columns(5)
 # Schema v6: how many of the peers' text groups trained on had signal (with the zero-advantage filter
 # off, a group without one enters the loss and teaches nothing).
-ROUND_METRICS_V6: tuple[str, ...] = ("peer_text_mixed",)
+ROUND_METRICS_V6: tuple[str, ...] = columns(6)
 SOURCE_METRICS = ROUND_METRICS_V5 + ROUND_METRICS_V6  # per source: groups, with signal, seconds
+# Every metric column, in the table's order (a file migrated from v1 has them in this order too).
+STORED_METRICS: tuple[str, ...] = tuple(m.name for m in STORED)
 # Schema v4: `refusals`, frames the swarm refused (signature, schema, replay, rate ...) by reason over
 # time; groups dropped are rows of `rollouts`. (The table is created for older files too.)
 # Schema v3: rounds and evals say which model trained them ('' in rows written before), so a resume
@@ -77,25 +75,29 @@ def migrate(db: sqlite3.Connection, version: int) -> None:
     """Bring a database of schema `version` (1 for a fresh file) to SCHEMA_VERSION, in the caller's
     transaction."""
     if version < 2:
-        for metric in ROUND_METRICS_V2:
-            db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+        _add_metric_columns(db, 2)
         db.execute("ALTER TABLE rounds ADD COLUMN rungs_json TEXT NOT NULL DEFAULT '{}'")
     if version < 3:
         for table in ("rounds", "evals"):
             db.execute(f"ALTER TABLE {table} ADD COLUMN model TEXT NOT NULL DEFAULT ''")
     if version < 5:
-        for metric in ROUND_METRICS_V5:
-            db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+        _add_metric_columns(db, 5)
     if version < 6:
-        for metric in ROUND_METRICS_V6:
-            db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+        _add_metric_columns(db, 6)
     if version < 7:
         _key_rounds_by_model(db)
         if "train_seconds" not in {c[1] for c in db.execute("PRAGMA table_info(evals)")}:
             db.execute("ALTER TABLE evals ADD COLUMN train_seconds REAL NOT NULL DEFAULT 0")
         db.execute("UPDATE evals SET train_seconds = (SELECT COALESCE(SUM(r.seconds_total), 0) FROM rounds r "
                    "WHERE r.model = evals.model AND r.round <= evals.round)")
+    for since in range(max(version, COLUMNS_FROZEN_AT) + 1, SCHEMA_VERSION + 1):  # metrics added since v7
+        _add_metric_columns(db, since)
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+
+def _add_metric_columns(db: sqlite3.Connection, since: int) -> None:
+    for metric in columns(since):
+        db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
 
 
 def _key_rounds_by_model(db: sqlite3.Connection) -> None:

@@ -1,11 +1,11 @@
 """Dashboard view model: per-round training metrics as ring buffers, Qt-free.
 
 Fed by RoundCompleted / EvalCompleted events and by the store's history at start-up. Metric names
-come from the node's `RoundCompleted.metrics` (the store's `rounds` columns); each series accepts a
-few spellings so the dashboard does not break when one is renamed. The format warm-up (format_rate,
-format_weight) has its own series, apart from the correctness reward; the curriculum's rungs are state,
-not a series (one number per specialty, the latest round's); so is where the newest rounds' groups came
-from (`sources`: own questions, peers' suggested questions, peers' answers).
+come from the node's `RoundCompleted.metrics` (the store's `rounds` columns); each metric the registry
+(engine/metrics.py) plots has a series, which also reads the metric's older spellings. The format warm-up
+(format_rate, format_weight) has its own series, apart from the correctness reward; the curriculum's
+rungs are state, not a series (one number per specialty, the latest round's); so is where the newest
+rounds' groups came from (`sources`: own questions, peers' suggested questions, peers' answers).
 
 Rounds are numbered per model: the dashboard shows one model's, the one trained last. A round or eval of
 another model starts it over for that model (and asks for that model's stored history: `wants_history`).
@@ -17,31 +17,29 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from app.models.history import Totals, clean_rungs
 from app.models.ring import Ring, Window
 from app.models.sources import SourceTally
 from engine.events import EvalCompleted, RoundCompleted
+from engine.metrics import PLOTTED, Metric, Plot
 
-# series -> metric names that feed it, first present wins (engine/store.py ROUND_METRICS first)
-METRIC_KEYS: dict[str, tuple[str, ...]] = {
-    "reward": ("reward_mean", "reward"),
-    "zero_std": ("frac_reward_zero_std", "zero_std_fraction"),
-    "completion_len": ("completion_len_mean", "completion_tokens_mean"),
-    "tokens_per_s": ("tokens_per_s", "tokens_per_second"),
-    "cumulative": ("cumulative_reward",),
-    "format_rate": ("format_rate",),
-    "format_weight": ("format_weight",),
-}
-SCALAR_SERIES = ("reward", "reward_avg", "reward_lo", "reward_hi", "cumulative", "zero_std",
-                 "completion_len", "tokens_per_s", "format_rate", "format_weight", "pass1", "passk")
-FRACTIONS = ("format_rate", "format_weight")  # defined on 0..1: a value outside is a bad metric, not a point
+# The reward series and those derived from it (its moving average and min-max band, the cumulative
+# reward), and the held-out eval's: not round metrics of their own, so not in the registry.
+REWARD = "reward"
+DERIVED_SERIES = ("reward_avg", "reward_lo", "reward_hi", "cumulative", "pass1", "passk")
+CUMULATIVE_KEYS = ("cumulative_reward",)  # an engine's own running total, when it sends one
 
 
-def _metric(metrics: Mapping[str, Any], series: str) -> float | None:
-    for key in METRIC_KEYS[series]:
+def metric_keys(plotted: Sequence[tuple[Metric, Plot]] = PLOTTED) -> dict[str, tuple[str, ...]]:
+    """Series -> metric names that feed it, first present wins: the registry's name, then older spellings."""
+    return {plot.series: (metric.name, *metric.aliases) for metric, plot in plotted}
+
+
+def _metric(metrics: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
+    for key in keys:
         value = metrics.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
@@ -49,10 +47,14 @@ def _metric(metrics: Mapping[str, Any], series: str) -> float | None:
 
 
 class DashboardModel:
-    def __init__(self, capacity: int = 5000, window: int = 20) -> None:
+    def __init__(self, capacity: int = 5000, window: int = 20,
+                 plotted: Sequence[tuple[Metric, Plot]] = PLOTTED) -> None:
         self.capacity = capacity  # points kept per series (older rounds scroll out)
         self.window = window  # rounds in the moving average and the min-max band
-        self.series: dict[str, Ring] = {name: Ring(capacity) for name in SCALAR_SERIES}
+        self.plotted = tuple(plotted)  # the registry's drawn metrics: the view reads them here
+        self._keys = metric_keys(self.plotted)
+        self._plain = [plot for _, plot in self.plotted if plot.series != REWARD]  # the reward's are derived
+        self.series: dict[str, Ring] = {name: Ring(capacity) for name in (*self._keys, *DERIVED_SERIES)}
         self.specialty: dict[str, Ring] = {}  # moving average of each specialty's reward
         self.phases: dict[str, Ring] = {}  # seconds per phase per round
         self.sources = SourceTally(window)  # where the newest rounds' groups came from, and what they cost
@@ -81,7 +83,7 @@ class DashboardModel:
         if event.round in self._seen:
             return False
         x = float(event.round)
-        reward = _metric(event.metrics, "reward")
+        reward = _metric(event.metrics, self._keys[REWARD])
         seconds = event.phase_seconds.get("total", 0.0)
         seconds = seconds if math.isfinite(seconds) and seconds >= 0 else 0.0
         self._seen[event.round] = (reward or 0.0, seconds)
@@ -97,14 +99,11 @@ class DashboardModel:
             self.series["reward_avg"].append(x, self._reward_window.mean())
             self.series["reward_lo"].append(x, self._reward_window.min())
             self.series["reward_hi"].append(x, self._reward_window.max())
-            cumulative = _metric(event.metrics, "cumulative")
+            cumulative = _metric(event.metrics, CUMULATIVE_KEYS)
             # Without the node's own total, sum the per-round mean (the paper sums per-round reward).
             self._cumulative = cumulative if cumulative is not None else self._cumulative + reward
             self.series["cumulative"].append(x, self._cumulative)
-        for name in ("zero_std", "completion_len", "tokens_per_s", *FRACTIONS):
-            value = _metric(event.metrics, name)
-            if value is not None and (name not in FRACTIONS or 0.0 <= value <= 1.0):
-                self.series[name].append(x, value)
+        self._apply_plain(x, event.metrics)
         self._apply_rungs(event)
         self.sources.apply(event.round, event.metrics)
         for specialty, value in event.per_specialty_reward.items():
@@ -120,6 +119,12 @@ class DashboardModel:
         self.last_round = max(event.round, self.last_round or 0)
         self.version += 1
         return True
+
+    def _apply_plain(self, x: float, metrics: Mapping[str, Any]) -> None:
+        for plot in self._plain:
+            value = _metric(metrics, self._keys[plot.series])
+            if value is not None and (not plot.bounded or 0.0 <= value <= 1.0):
+                self.series[plot.series].append(x, value)
 
     def _follow(self, model: str) -> None:
         """A round or eval of `model`: another model than the one shown starts the dashboard over for it."""
@@ -199,7 +204,7 @@ class DashboardModel:
         beyond = [value for number, value in self._seen.items() if number > totals.last_round]
         self.rounds = totals.rounds - len(pending) + len(beyond)
         self._cumulative = totals.reward_sum + sum(reward for reward, _ in beyond) - sum(
-            _metric(r.metrics, "reward") or 0.0 for r in pending)
+            _metric(r.metrics, self._keys[REWARD]) or 0.0 for r in pending)
         self.train_seconds = totals.seconds + sum(seconds for _, seconds in beyond) - sum(
             max(0.0, r.phase_seconds.get("total", 0.0)) for r in pending)
         self.eval_seconds.update(totals.eval_seconds)

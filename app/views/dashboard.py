@@ -1,5 +1,10 @@
 """Dashboard: "Your model" on top, then live training curves (pyqtgraph), redrawn only where a series
-changed. The curves are the current model's (rounds are numbered per model)."""
+changed. The curves are the current model's (rounds are numbered per model).
+
+Each metric the registry plots (engine/metrics.py) is a curve on its panel, with the panel's title, the
+metric's doc as the panel's tooltip and its legend entry; a panel the grid below does not place yet
+flows in after the others. The reward's band and average, the cumulative reward, the per-specialty and
+per-phase curves and the held-out eval are derived here, not registry metrics."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from app.models.dashboard import DashboardModel
+from app.models.dashboard import REWARD, DashboardModel
 from app.models.ring import Ring
 from app.models.your_model import duration
 from app.theme import PLOT_COLORS
@@ -26,6 +31,7 @@ from app.views.axes import (
 )
 from app.views.sources import SourcesCard
 from app.views.your_model import YourModelCard
+from engine.metrics import PLOTTED, Plot, panels
 from engine.store import PHASES
 from engine.tasks.specialties import SPECIALTIES
 
@@ -41,6 +47,16 @@ MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
 PX_PER_POINT = 3
 MIN_POINTS = 64
 BOUNDED = (-0.02, 1.02)  # plots of fractions and rewards keep this y range (0..1, the edges visible)
+COLUMNS = 4
+# The grid in reading order: panel -> (columns it spans, redraw group: see `_make_curves`). The wide
+# panels leave their title legends room. Registry panels not listed flow in after these, one column each.
+GRID: dict[str, tuple[int, int]] = {
+    "reward": (2, 0), "specialty": (2, 1), "cumulative": (1, 0), "zero_std": (1, 1), "length": (1, 1),
+    "format": (1, 1), "speed": (1, 2), "phase": (2, 2), "eval": (1, 2)}
+# Titles of the panels drawn from derived series (the registry's panels carry their own).
+DERIVED_TITLES = {"specialty": "Reward per specialty (moving average)", "cumulative": "Cumulative reward",
+                  "phase": "Seconds per phase", "eval": "Held-out eval"}
+SERIES_DOCS = {plot.series: metric.doc for metric, plot in PLOTTED}
 
 
 class _Curve:
@@ -99,12 +115,10 @@ def _card(name: str) -> tuple[QFrame, QLabel]:
 
 
 CARD_TIPS = {
-    "zero_std": ("Zero-std groups: the share of this round's questions whose completions all got the same "
-                 "reward (all right, or all wrong). Training learns only from questions with both, so lower "
-                 "means more is learned per round."),
+    "zero_std": SERIES_DOCS["zero_std"],
     "reward_avg": "Share of this node's own completions the verifier scored correct, averaged over recent rounds.",
     "cumulative": "The sum of every round's mean reward so far.",
-    "tokens_per_s": "Tokens generated per second in the last round's generation phase.",
+    "tokens_per_s": SERIES_DOCS["tokens_per_s"],
 }
 
 
@@ -146,8 +160,7 @@ class DashboardView(QWidget):
         self._eval_every_s: float | None = None
         self._eval_note = ""  # under the held-out plot's legend until its first point
         self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
-        self._legend(self.format_plot, {"well-formed answers": PLOT_COLORS[5]},
-                     dashed={"format bonus weight": PLOT_COLORS[8]})
+        self._registry_legends()
         self._status_text = NO_ROUNDS_HINT
         self._seen_version = -1
         self._next_group = 0
@@ -166,38 +179,41 @@ class DashboardView(QWidget):
         layout.addLayout(cards)
 
     def _plot_grid(self, layout: QVBoxLayout) -> None:
-        """The plots, empty: three rows of a four-column grid that takes the rest of the height."""
+        """The plots, empty: rows of a four-column grid (`GRID`) that takes the rest of the height."""
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.ci.setSpacing(6)
         layout.addWidget(self.plots, 1)
         grid = self.plots.ci
         self._ranges: dict[tuple[int, str], tuple[float, float]] = {}  # (plot, axis) -> the range shown
-        # Four columns: the answer-format plot joins row 1, and the wide plots (reward, per specialty,
-        # per phase) span two so their title legends have room.
-        self.reward_plot = self._plot(grid, 0, 0, "Training reward per round", colspan=2)
-        self.specialty_plot = self._plot(grid, 0, 2, "Reward per specialty (moving average)", colspan=2)
-        self.cumulative_plot = self._plot(grid, 1, 0, "Cumulative reward")
-        self.zero_std_plot = self._plot(grid, 1, 1, "All right or all wrong (fraction)")
-        self.length_plot = self._plot(grid, 1, 2, "Completion length (tokens)")
-        self.format_plot = self._plot(grid, 1, 3, "Answer format (fraction)")
-        self.speed_plot = self._plot(grid, 2, 0, "Tokens / s")
-        self.phase_plot = self._plot(grid, 2, 1, "Seconds per phase", colspan=2)
-        self.eval_plot = self._plot(grid, 2, 3, "Held-out eval")
-        self._titles = {self.specialty_plot: "Reward per specialty (moving average)",
-                        self.phase_plot: "Seconds per phase", self.eval_plot: "Held-out eval",
-                        self.zero_std_plot: "All right or all wrong (fraction)",
-                        self.format_plot: "Answer format (fraction)"}
-        for col in range(4):
+        registry = panels(self.model.plotted)
+        titles = {**DERIVED_TITLES, **{key: entries[0][1].title for key, entries in registry.items()}}
+        self.panel_plots: dict[str, pg.PlotItem] = {}
+        self._titles: dict[pg.PlotItem, str] = {}
+        row = col = 0
+        for key in [*GRID, *(key for key in registry if key not in GRID)]:
+            span = GRID.get(key, (1, 0))[0]
+            if col + span > COLUMNS:
+                row, col = row + 1, 0
+            plot = self.panel_plots[key] = self._plot(grid, row, col, titles[key], colspan=span)
+            self._titles[plot] = titles[key]
+            col += span
+            tips = [f"{p.legend}: {m.doc}" if p.legend else m.doc for m, p in registry.get(key, [])]
+            plot.setToolTip("\n".join(tips) or CARD_TIPS.get(key, ""))
+        for col in range(COLUMNS):
             grid.layout.setColumnStretchFactor(col, 1)
+        p = self.panel_plots  # the grid's panels by name too: the rest of the view and the tests read them
+        self.reward_plot, self.specialty_plot, self.cumulative_plot = p["reward"], p["specialty"], p["cumulative"]
+        self.zero_std_plot, self.length_plot, self.format_plot = p["zero_std"], p["length"], p["format"]
+        self.speed_plot, self.phase_plot, self.eval_plot = p["speed"], p["phase"], p["eval"]
         # No setXLink: pyqtgraph links views by screen geometry, which skews plots of unequal width.
-        self._bounded = (self.reward_plot, self.zero_std_plot, self.format_plot, self.eval_plot)
-        self.zero_std_plot.setToolTip(CARD_TIPS["zero_std"])
+        self._bounded = {self.eval_plot, *(p[key] for key, entries in registry.items()
+                                           if any(plot.bounded for _, plot in entries))}
 
     def _make_curves(self) -> None:
         """The fixed curves, bound to the model's series, in the redraw groups (`refresh`)."""
         model = self.model
         s = model.series
-        raw = _Curve(self.reward_plot, s["reward"], "#93c5fd", 1.0, "per round")
+        raw = _Curve(self.reward_plot, s[REWARD], "#93c5fd", 1.0, "per round")
         # the band's edges are drawn in the fill colour and coarse: the fill is the costliest thing drawn
         lo = _Curve(self.reward_plot, s["reward_lo"], "#dbeafe", max_points=160)
         hi = _Curve(self.reward_plot, s["reward_hi"], "#dbeafe", max_points=160)
@@ -207,22 +223,40 @@ class DashboardView(QWidget):
         self.reward_plot.addItem(self.band)
         avg = _Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.0, f"{model.window}-round average",
                      antialias=True)
-        # The format warm-up is apart from the correctness reward (a well-formed wrong answer scores 0
-        # there); its bonus weight is dashed: a schedule the node follows, not something it measured.
-        self.format_rate = _Curve(self.format_plot, s["format_rate"], PLOT_COLORS[5], name="well-formed answers")
-        self.format_weight = _Curve(self.format_plot, s["format_weight"], PLOT_COLORS[8], name="format bonus weight",
-                                    style=Qt.PenStyle.DashLine)
         # Three groups of about equal drawing cost; one group is redrawn per refresh (round robin), so
         # a refresh costs a third of a full redraw and each plot still updates about once a second.
-        self._groups: list[list[_Curve]] = [
-            [raw, lo, hi, avg, _Curve(self.cumulative_plot, s["cumulative"], PLOT_COLORS[1])],
-            [_Curve(self.zero_std_plot, s["zero_std"], PLOT_COLORS[2]),
-             _Curve(self.length_plot, s["completion_len"], PLOT_COLORS[3]),
-             self.format_rate, self.format_weight],  # + per-specialty curves
-            [_Curve(self.speed_plot, s["tokens_per_s"], PLOT_COLORS[5]),
-             _Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
-             _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]]  # + per-phase curves
+        # Group 1 also takes the per-specialty curves, group 2 the per-phase ones.
+        self._groups: list[list[_Curve]] = [[raw, lo, hi, avg, _Curve(self.cumulative_plot, s["cumulative"],
+                                                                      PLOT_COLORS[1])], [], []]
+        self.metric_curves: dict[str, _Curve] = {}  # series -> its curve, for each registry metric drawn
+        for _, plot in self.model.plotted:
+            if plot.series != REWARD:  # the reward's curves are above
+                self._metric_curve(plot)
+        self._groups[GRID["eval"][1]] += [_Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
+                                          _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]
         self._curves = [c for group in self._groups for c in group]
+        # The format warm-up's two curves by name: its own panel, apart from the correctness reward.
+        self.format_rate, self.format_weight = (self.metric_curves[k] for k in ("format_rate", "format_weight"))
+
+    def _metric_curve(self, plot: Plot) -> None:
+        """A registry metric's curve, in its panel's redraw group (a panel `GRID` does not place: the
+        group with the fewest curves)."""
+        fewest = min(range(len(self._groups)), key=lambda g: len(self._groups[g]))
+        group = GRID[plot.panel][1] if plot.panel in GRID else fewest
+        style = Qt.PenStyle.DashLine if plot.dashed else Qt.PenStyle.SolidLine
+        curve = _Curve(self.panel_plots[plot.panel], self.model.series[plot.series],
+                       PLOT_COLORS[plot.color % len(PLOT_COLORS)], name=plot.legend or None, style=style)
+        self.metric_curves[plot.series] = curve
+        self._groups[group].append(curve)
+
+    def _registry_legends(self) -> None:
+        """Panels whose registry curves are named get their legend in the title."""
+        for key, entries in panels(self.model.plotted).items():
+            named = [p for _, p in entries if p.legend]
+            solid = {p.legend: PLOT_COLORS[p.color % len(PLOT_COLORS)] for p in named if not p.dashed}
+            dashed = {p.legend: PLOT_COLORS[p.color % len(PLOT_COLORS)] for p in named if p.dashed}
+            if solid or dashed:
+                self._legend(self.panel_plots[key], solid, dashed=dashed)
 
     def _status_row(self, layout: QVBoxLayout) -> None:
         """The status line and, beside it, where the rounds' groups came from."""

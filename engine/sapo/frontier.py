@@ -74,7 +74,8 @@ def source_metrics(suggested: int, mixed: Sequence[bool], kept: Sequence[int], p
     from peers' questions, the rest were this node's own pick; `mixed[k]`: own group k had signal;
     `kept`: own groups that entered the loss; `peer_text`: peers' text groups in the loss, of which
     `peer_text_mixed` had signal (None: all, as the zero-advantage filter leaves them). Generation and
-    scoring are split by own groups, preparing and the update by groups trained on."""
+    scoring are split by own groups, preparing and the update by groups trained on. Each key is an
+    entry of engine/metrics.py."""
     own = len(mixed)
     trained = len(kept) + peer_text
     kept_suggested = sum(k < suggested for k in kept)

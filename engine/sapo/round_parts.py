@@ -30,7 +30,7 @@ class RoundResult:
     local_groups: tuple[RolloutGroup, ...]  # all I own groups, scored (published even when filtered)
     used_external: tuple[VerifiedGroup, ...]  # external groups that entered the loss
     dropped_external: tuple[tuple[RolloutGroup, str], ...]  # external groups left out, with the reason
-    metrics: dict[str, float]  # names as in the store's rounds table
+    metrics: dict[str, float]  # each key a metric of engine/metrics.py (tests/test_metrics.py checks)
     per_specialty_reward: dict[str, float]  # own-generation reward mean per specialty
     phase_seconds: dict[str, float]  # generate, score, prepare, update, total
     eval: EvalReport | None = None  # the held-out eval, when this round ran one
@@ -81,7 +81,7 @@ class UpdatePlan:
 def round_metrics(local: list[LocalGroup], kept: list[int], suggested: int, peer_text: Sequence[RolloutGroup],
                   stats: UpdateStats, times: tuple[float, float, float, float],
                   format_reward: Callable[[str], float]) -> tuple[dict[str, float], dict[str, float]]:
-    """The round's metrics (names as in the store's rounds table) and own reward per specialty:
+    """The round's metrics (each key an entry of engine/metrics.py) and own reward per specialty:
     `kept` own groups and the `peer_text` groups trained on; `times`: start, generated, scored, updated."""
     t0, t_gen, t_score, t_upd = times
     metrics, per_spec = rollout_metrics(local)

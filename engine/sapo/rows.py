@@ -105,7 +105,8 @@ def external_rows(groups: Sequence[RolloutGroup], prompts: Sequence[str], token_
 
 
 def rollout_metrics(groups: Sequence[LocalGroup]) -> tuple[dict[str, float], dict[str, float]]:
-    """Training-reward and length metrics of this round's own generation -> (metrics, per specialty)."""
+    """Training-reward and length metrics of this round's own generation -> (metrics, per specialty).
+    Each key is an entry of engine/metrics.py (what it means, whether it is stored and drawn)."""
     rewards = [r for lg in groups for r in (lg.group.rewards or ())]
     lengths = [len(c.token_ids) for lg in groups for c in lg.completions]
     if not rewards:
