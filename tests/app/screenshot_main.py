@@ -21,16 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from lab.display import start_xvfb as lab_xvfb
+
 
 def start_xvfb(width: int, height: int) -> subprocess.Popen[bytes]:
-    xvfb = subprocess.Popen(["Xvfb", "-displayfd", "1", "-screen", "0", f"{width}x{height}x24", "-nolisten", "tcp"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert xvfb.stdout is not None
-    display = xvfb.stdout.readline().decode().strip()
-    if not display.isdigit():
-        xvfb.kill()
-        raise RuntimeError("Xvfb did not report a display")
-    os.environ["DISPLAY"] = f":{display}"
+    """A private X server for this process's Qt windows (lab/display.py)."""
+    xvfb, display = lab_xvfb(width, height)
+    os.environ["DISPLAY"] = display
     os.environ["QT_QPA_PLATFORM"] = "xcb"
     return xvfb
 
