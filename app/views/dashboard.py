@@ -72,6 +72,7 @@ class _Curve:
         self.plot = plot
         self._version = -1
         self.xs, self.ys = np.zeros(0), np.zeros(0)  # what is drawn
+        self._marked = False  # drawn as a dot (one point so far)
 
     def sync(self) -> bool:
         if self.ring.version == self._version:
@@ -81,13 +82,20 @@ class _Curve:
         points = min(self.max_points, max(MIN_POINTS, int(self.plot.vb.width() / PX_PER_POINT)))
         self.xs, self.ys = self.ring.summary.means(points)
         self.item.setData(self.xs, self.ys)
+        single = len(self.xs) == 1  # a line through one point draws nothing: the first round, the baseline eval
+        if single != self._marked:
+            self._marked = single
+            self.item.setSymbol("o" if single else None)
+            self.item.setSymbolSize(6)
+            self.item.setSymbolPen(None)
+            self.item.setSymbolBrush(self.color)
         return True
 
 
 NEW_CURVES_PER_REFRESH = 2  # a new curve costs a few ms to make: the first round's dozen are spread out
 VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1.5k" or "12k" beside the ticks
-NO_ROUNDS_HINT = ("No rounds yet. Press <b>Join the swarm</b>: the curves fill in as rounds complete, "
-                  "and past rounds reload from the engine's store.")
+NO_ROUNDS_HINT = ("No rounds yet: the curves fill in as rounds complete (<b>Join the swarm</b> starts them; a "
+                  "real model's first round takes a few minutes: it loads, then checks where it starts).")
 CURRICULUM_TIP = ("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
                   "A specialty moves up when its recent pass rate is high, down when low.")
 

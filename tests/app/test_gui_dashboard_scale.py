@@ -137,3 +137,24 @@ def test_small_plots_ticks_do_not_run_together(qtbot: QtBot, rounds: int) -> Non
     qtbot.wait(20)
     for plot in (view.cumulative_plot, view.zero_std_plot, view.length_plot, view.speed_plot):
         _assert_ticks_fit(plot)
+
+
+def test_the_first_round_and_the_baseline_eval_are_drawn_as_dots(qtbot: QtBot) -> None:
+    """A line through one point draws nothing: after a real model's first round the plots stood empty
+    beside a reward card of 0.094 (bench/walkthrough.md). One point is a dot; from two on, a line."""
+    from engine.events import EvalCompleted
+
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.resize(1280, 800)
+    view.show()
+    model.apply_round(_noisy_round(1))
+    model.apply_eval(EvalCompleted(round=0, pass1=0.01, passk=0.03, k=4, per_specialty={}))
+    view.refresh(full=True)
+    single = [c for c in view._curves if len(c.xs) == 1]
+    assert single and all(c.item.opts["symbol"] == "o" for c in single)
+    assert any(c.plot is view.eval_plot for c in single)  # the baseline's pass@1, at round 0
+    model.apply_round(_noisy_round(2))
+    view.refresh(full=True)
+    assert all(c.item.opts["symbol"] is None for c in view._curves if len(c.xs) > 1)
