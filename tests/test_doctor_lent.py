@@ -25,7 +25,7 @@ def test_the_lent_estimate_undoes_fits_every_core_and_applies_the_gain_per_threa
     assert "3 thread(s) on 3 of 4 physical cores (automatic" in lent["assumes"]
     assert lent["busy_cores"] is None and lent["round_seconds_now"] is None  # load not measured: not guessed
     for c in rep["candidates"]:
-        assert c["round_seconds_lent"] == pytest.approx(c["round_seconds"] * 4 / 2.0, abs=0.1)
+        assert c["round_seconds_lent"] == pytest.approx(c["round_seconds"] * 4 / (1 + 2 * doctor.THREAD_GAIN), abs=0.1)
 
 
 def test_one_lent_core_is_fits_single_core_calibration() -> None:
