@@ -7,8 +7,8 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.hardware import GIB, CpuInfo, GpuInfo, HardwareProfile, mps_default_budget, probe
-from engine.machine_load import choose_threads, lent_cores
+from engine.machine.hardware import GIB, CpuInfo, GpuInfo, HardwareProfile, mps_default_budget, probe
+from engine.machine.load import choose_threads, lent_cores
 from engine.models import catalog, fit
 
 DEFAULT_MAX_ROUND_SECONDS = 300.0  # "a few minutes" per paper-sized round suits a contributor
@@ -138,7 +138,7 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
 def fast_paths() -> dict[str, Any]:
     """This machine's software speed-ups (not the hypothetical device's): llama.cpp for generation,
     with bf16 weights where its build has hardware bf16, and bf16 autocast for LoRA updates on CPU."""
-    from engine.hardware import torch_cpu_bf16
+    from engine.machine.hardware import torch_cpu_bf16
 
     try:
         from importlib.metadata import version

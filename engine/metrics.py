@@ -4,7 +4,7 @@ A round's metrics are the dict `RoundResult.metrics` / `RoundCompleted.metrics` 
 round_parts.py, rows.py, frontier.py and trainer.py produce it). Each key is a `Metric` here: what it
 means in a contributor's words, its unit, whether the store keeps it as a column of `rounds` (and from
 which schema version), and whether the dashboard draws it. So a new plotted metric is one entry:
-  - the store's columns are `STORED` (engine/store_schema.py derives its tuples and migrations from it);
+  - the store's columns are `STORED` (engine/store/schema.py derives its tuples and migrations from it);
   - the dashboard's series and plots are `PLOTTED` (app/models/dashboard.py, app/views/dashboard.py).
 tests/test_metrics.py checks that a real round emits no key missing here and the frozen column order;
 tests/app/test_gui_metrics.py that every entry with a plot is drawn.
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 # The schema version that last added round columns; a stored metric added later takes the next version,
-# and engine/store_schema.py adds its column to older files (its SCHEMA_VERSION follows).
+# and engine/store/schema.py adds its column to older files (its SCHEMA_VERSION follows).
 COLUMNS_FROZEN_AT = 7
 
 

@@ -1,4 +1,4 @@
-"""Try it (engine/ask.py): a question answered by the policy and the starting model on a real node
+"""Try it (engine/node/ask.py): a question answered by the policy and the starting model on a real node
 with a tiny real model, between rounds; scoring; bad input; the starting model of a LoRA policy."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from test_node import small_config, wait_for
 
-from engine.ask import MAX_PENDING, MAX_QUESTION_CHARS, AskDesk, AskError, AskRequest
 from engine.events import LogRecord, RoundCompleted, WorkProgress
 from engine.models.generate import SampleConfig
 from engine.models.policy import LoraSpec, build_tiny_policy, load_policy
 from engine.node import Node
+from engine.node.ask import MAX_PENDING, MAX_QUESTION_CHARS, AskDesk, AskError, AskRequest
 from engine.sapo.config import SapoConfig
 from engine.sapo.trainer import Trainer
 from engine.tasks import preset as task_mix

@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine import contribution as c
-from engine.contribution import Contribution, Totals, energy_delta_uj, read_energy_uj
+from engine.machine import contribution as c
+from engine.machine.contribution import Contribution, Totals, energy_delta_uj, read_energy_uj
 
 
 def _zone(root: Path, name: str, energy: int, span: int = 262_143_328_850) -> Path:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from engine import doctor
-from engine.hardware import GIB
+from engine.machine.hardware import GIB
 from engine.models import catalog, fit
 
 QWEN05 = catalog.QWEN25_05B

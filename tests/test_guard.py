@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from engine.guard import MachineState, may_train, probe_machine
+from engine.machine.guard import MachineState, may_train, probe_machine
 from engine.settings import ContributorSettings
 
 NOW = 1_000_000.0

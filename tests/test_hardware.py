@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import hardware
-from engine.hardware import GIB
+from engine.machine import hardware
+from engine.machine.hardware import GIB
 
 
 def test_probe_reports_this_machine_honestly() -> None:

@@ -16,8 +16,8 @@ from typing import Any
 import psutil
 import pytest
 
-from engine import machine_load
-from engine.machine_load import LoadProbe, PauseTimer, ThreadPacer, choose_threads, lent_cores
+from engine.machine import load as machine_load
+from engine.machine.load import LoadProbe, PauseTimer, ThreadPacer, choose_threads, lent_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling calls")
@@ -25,7 +25,7 @@ linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux s
 # A child that starts a thread, applies a level, starts another, then reports every thread's policy.
 REPORT = """
 import json, os, sys, threading, psutil
-from engine import machine_load
+from engine.machine import load as machine_load
 if sys.argv[2] == "refuse-idle":
     def refuse(*a):
         raise PermissionError(1, "Operation not permitted")
@@ -161,7 +161,7 @@ def test_passive_wait_keeps_a_value_someone_chose() -> None:
 # libgomp prints what it read at load with OMP_DISPLAY_ENV=VERBOSE: a passive policy means no spinning.
 GOMP = """
 import sys
-from engine import machine_load
+from engine.machine import load as machine_load
 early = machine_load.set_passive_wait() if sys.argv[1] == "early" else None
 import llama_cpp, torch
 late = machine_load.set_passive_wait() if sys.argv[1] == "late" else None

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from engine import memory
-from engine.memory import HeapTrimmer, MemoryConfig
+from engine.machine import memory
+from engine.machine.memory import HeapTrimmer, MemoryConfig
 
 
 @pytest.mark.parametrize("bad", [-1, 86401, True, "60", float("nan")])
@@ -80,7 +80,7 @@ def test_allocator_settings_are_validated(bad: dict) -> None:
 
 _PROBE = """
 import json, sys
-from engine import memory
+from engine.machine import memory
 if sys.argv[1] == "fixed":
     assert memory.configure_allocator(memory.MemoryConfig()) == {"arena_max": 2, "mmap_threshold_kib": 256}
 big = bytearray(8 << 20)  # mmapped, then freed: glibc's dynamic threshold rises to 8 MiB

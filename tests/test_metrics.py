@@ -15,7 +15,7 @@ from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
 from engine.store import Store
-from engine.store_schema import (
+from engine.store.schema import (
     ROUND_METRICS,
     ROUND_METRICS_V2,
     ROUND_METRICS_V5,

@@ -13,12 +13,12 @@ import torch
 from test_node import small_config as node_small_config
 from test_node import wait_for
 
-from engine import machine_load
-from engine import node as node_module
 from engine.events import LogRecord, RoundCompleted, StateChanged
+from engine.machine import load as machine_load
 from engine.models.policy import build_tiny_policy
 from engine.models.resolve import apply_threads, release_model
 from engine.node import Node, NodeConfig
+from engine.node import node as node_module
 from engine.settings import ContributorSettings
 
 

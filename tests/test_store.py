@@ -154,7 +154,7 @@ def test_frame_refusals_are_kept_by_reason_over_time(tmp_path: Path) -> None:
 
 def test_old_rounds_are_thinned_so_the_store_stays_bounded(tmp_path: Path) -> None:
     """The newest rounds at full resolution, older ones every 10th, oldest every 100th; evals stay."""
-    import engine.store as store_module
+    import engine.store.store as store_module
 
     with Store(tmp_path / "s.db", round_tiers=((100, 10), (1000, 100))) as store:
         store.record_eval(5, 5, {"k": 1, "overall": {"pass1": 0.1, "passk": 0.1}}, ts=1.0)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import engine.store_schema as schema
 from engine.cli.train import run_history
-from engine.store import Store
+from engine.store import Store, schema
 
 REPORT = {"k": 2, "overall": {"pass1": 0.25, "passk": 0.5}, "per_specialty": {}}
 

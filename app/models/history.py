@@ -1,4 +1,4 @@
-"""The `history` reply as events: store rows (engine/store.py columns) or event dicts, oldest first.
+"""The `history` reply as events: store rows (engine/store/store.py columns) or event dicts, oldest first.
 
 Rows are untrusted like any engine reply: each converts to its event and passes the event's type
 check, or is skipped and counted. A round's curriculum rungs are optional extras: a malformed entry is
@@ -165,7 +165,7 @@ def _count(value: Any) -> bool:
 
 
 def parse_totals(history: Any) -> Totals | None:
-    """`history["totals"]` (engine/store.py `round_totals`) and each eval row's `train_seconds`."""
+    """`history["totals"]` (engine/store/store.py `round_totals`) and each eval row's `train_seconds`."""
     raw = history.get("totals") if isinstance(history, dict) else None
     if not isinstance(raw, dict):
         return None

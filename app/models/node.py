@@ -75,7 +75,7 @@ class NodeModel:
         self.eval_every_s: float | None = None  # training seconds between them (0 = off; None = not told yet)
         self.round_model = ""  # the model whose round `round` is (rounds are numbered per model)
         self.work: WorkProgress | None = None  # the engine's current phase (model load, round phases)
-        self.contribution: dict[str, Any] = {}  # what this machine has given (engine.contribution), checked
+        self.contribution: dict[str, Any] = {}  # what this machine has given (engine.machine.contribution), checked
         self.version = 0
 
     def apply_status(self, status: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.models.node import NodeModel
-from engine.ask import MAX_QUESTION_CHARS
+from engine.node.ask import MAX_QUESTION_CHARS
 
 Caller = Callable[..., int]  # EngineBridge.call(method, params, callback)
 RECENT_POLL_S = 2.0  # at most this often, and only when a round has finished since

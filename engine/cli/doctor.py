@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from engine.machine_load import LoadProbe
+from engine.machine.load import LoadProbe
 from engine.paths import default_data_dir
 from engine.settings import ContributorSettings
 from engine.supervisor import read_last_crash

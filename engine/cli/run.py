@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine import machine_load
+from engine.machine import load as machine_load
 from engine.settings import ContributorSettings
 
 

@@ -65,7 +65,7 @@ class NodeControl(Protocol):
 
     async def ask(self, specialty: str = "", text: str = "") -> dict[str, Any]:
         """A question of the node's task family ("" specialty: drawn from its mix; `text`: the contributor's
-        own words) answered by the policy and the starting model between rounds, scored (engine.ask)."""
+        own words) answered by the policy and the starting model between rounds, scored (engine.node.ask)."""
         ...
 
 

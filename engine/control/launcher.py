@@ -1,7 +1,7 @@
 """Find a running engine through `control.json`, or start one as a child process.
 
 The engine outlives the window (BOINC and F@H work that way), so it runs in its own session and
-at idle CPU priority with OpenMP workers that sleep while they wait (engine/machine_load.py): the
+at idle CPU priority with OpenMP workers that sleep while they wait (engine/machine/load.py): the
 person at the keyboard always comes first, and the GUI stays responsive while the engine trains.
 """
 
@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from engine import machine_load
 from engine.control.token import ControlInfo, read_control_info
 from engine.errors import SapoError
+from engine.machine import load as machine_load
 
 ENGINE_LOG = "engine.log"
 

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from engine.ask import MAX_QUESTION_CHARS, MAX_SPECIALTY_CHARS
 from engine.errors import SapoError
 from engine.events import Event, EventError, event_from_dict
 
@@ -36,6 +35,8 @@ MAX_SETTINGS_KEYS = 64
 MAX_SETTING_STR = 1024
 MAX_SNOOZE_S = 7 * 24 * 3600.0
 MAX_HISTORY_LIMIT = 100_000
+MAX_QUESTION_CHARS = 500  # a typed question ("Try it", engine/node/ask.py): a prompt, not a document
+MAX_SPECIALTY_CHARS = 64
 
 
 class ErrorCode(IntEnum):
@@ -141,7 +142,7 @@ METHODS: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     "update_settings": {"changes": (_settings_changes, _REQUIRED)},
     "history": {"limit": (_integer(1, MAX_HISTORY_LIMIT), 2000)},
     "machine": {},
-    # "Try it": a question answered by the policy and the starting model between rounds (engine.ask).
+    # "Try it": a question answered by the policy and the starting model between rounds (engine.node.ask).
     "ask": {"specialty": (_optional_string(MAX_SPECIALTY_CHARS), ""),
             "text": (_optional_string(MAX_QUESTION_CHARS), "")},
     "subscribe": {"replay": (_bool, True)},

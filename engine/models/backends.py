@@ -120,7 +120,7 @@ def machine_for(device: str) -> Any:
     """This machine's profile, seen as `device` (a CPU run on a GPU machine sizes for the CPU)."""
     from dataclasses import replace
 
-    from engine.hardware import probe
+    from engine.machine.hardware import probe
 
     hw = probe()
     return hw if hw.kind == device else replace(hw, kind=device)

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from engine.hardware import GIB, HardwareProfile
+from engine.machine.hardware import GIB, HardwareProfile
 from engine.models.catalog import GGUF_BYTES_PER_PARAM, ModelSpec
 
 WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + 4 / 4096, "nf4": 0.516}

@@ -108,7 +108,7 @@ class LlamaCppGenerator:
 
     def set_threads(self, threads: int) -> None:
         """Threads from now on, over `cfg.threads`: the node re-chooses them between rounds from the
-        cores that are free (engine.machine_load.ThreadPacer)."""
+        cores that are free (engine.machine.load.ThreadPacer)."""
         self._paced_threads = max(1, threads)
         if self._runtime is not None:
             self._runtime.set_threads(self._paced_threads)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import LogRecord
-from engine.hardware import cpu_info
-from engine.machine_load import ThreadPacer, lent_cores
+from engine.machine.hardware import cpu_info
+from engine.machine.load import ThreadPacer, lent_cores
 
 
 def pick_device(requested: str | None, use_gpu: bool) -> str:

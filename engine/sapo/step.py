@@ -3,8 +3,8 @@
     candidates in  ->  trainer.run_round  ->  the round's own groups and the peers' groups it used out
 
 An `Exchange` is where peers' groups come from and where the round's results go: the node's swarm
-(`engine/node_swarm.NodeSwarm`: its pool, the websocket links and the board), or a `PoolExchange`
-over a pool made by the node's own factory (`engine.peer_groups.make_pool`), which the experiment's
+(`engine/node/swarm.NodeSwarm`: its pool, the websocket links and the board), or a `PoolExchange`
+over a pool made by the node's own factory (`engine.node.peer_groups.make_pool`), which the experiment's
 in-memory swarm and the benches feed. A bench that measures `step` measures the node the app runs.
 """
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from engine.hardware import torch_cpu_bf16
+from engine.machine.hardware import torch_cpu_bf16
 from engine.sapo.config import SapoConfig
 from engine.sapo.external import apply_external_strategy
 from engine.sapo.grpo import (

@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine import doctor, machine_load
-from engine.hardware import probe
+from engine import doctor
+from engine.machine import load as machine_load
+from engine.machine.hardware import probe
 from engine.models import catalog
 from engine.models.backends import resolve_model_id
 from engine.paths import REPO_ROOT

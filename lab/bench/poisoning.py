@@ -99,8 +99,8 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
 
     torch.set_num_threads(1)
     from engine.models.policy import load_policy
+    from engine.node.peer_groups import make_pool
     from engine.paths import SEED_MODEL_DIR
-    from engine.peer_groups import make_pool
     from engine.sapo.step import PoolExchange, step
     from engine.sapo.trainer import Trainer
     from engine.swarm.config import PoolConfig

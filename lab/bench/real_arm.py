@@ -89,7 +89,7 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     import torch
 
     from engine.models.backends import load_for_node
-    from engine.peer_groups import make_pool
+    from engine.node.peer_groups import make_pool
     from engine.sapo.config import SapoConfig, preset
     from engine.sapo.step import PoolExchange, step
     from engine.sapo.trainer import Trainer

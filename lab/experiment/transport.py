@@ -15,7 +15,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 
-from engine.peer_groups import make_pool
+from engine.node.peer_groups import make_pool
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.swarm.config import PoolConfig, ProtocolLimits
 from engine.swarm.errors import ProtocolError

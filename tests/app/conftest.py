@@ -1,4 +1,4 @@
-"""Fixtures: the real node (engine/node.py) on a tiny random model, behind a real control server on
+"""Fixtures: the real node (engine/node/node.py) on a tiny random model, behind a real control server on
 127.0.0.1, on its own thread and event loop, as in production where the engine is another process
 and the GUI never shares its loop.
 

@@ -13,9 +13,9 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.views.main_window import MainWindow
-from engine.ask import MAX_QUESTION_CHARS
 from engine.control.client import ControlClient, ControlError
 from engine.control.protocol import ErrorCode
+from engine.node.ask import MAX_QUESTION_CHARS
 
 WAIT_MS = 60_000
 

@@ -275,7 +275,7 @@ def test_the_header_says_why_the_engine_died_and_that_it_came_back(qtbot: QtBot,
 
 def test_machine_tab_says_what_this_machine_gave(qtbot: QtBot, window: MainWindow, engine: EngineThread) -> None:
     """Rounds trained by the real node show as time, CPU, share, energy (labelled measured or estimated)
-    and memory, from the engine's own totals; a restart keeps them (engine.contribution's file)."""
+    and memory, from the engine's own totals; a restart keeps them (engine.machine.contribution's file)."""
     giving = window.machine.giving
     window.tabs.setCurrentWidget(window.machine)
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)

@@ -12,7 +12,7 @@ import pytest
 
 PROBE = """
 import threading
-from engine import hardware
+from engine.machine import hardware
 first = hardware.idle_seconds()
 assert first is not None and first >= 0, first
 def probe():

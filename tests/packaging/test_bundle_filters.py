@@ -92,7 +92,7 @@ RUNTIME_IMPORTS = """
 import json, os, sys
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 import torch, transformers, reasoning_gym, peft, safetensors, tokenizers
-import engine.node, engine.doctor, engine.tasks, engine.swarm.transport, engine.swarm.mdns, engine.control.server
+import engine.node.node, engine.doctor, engine.tasks, engine.swarm.transport, engine.swarm.mdns, engine.control.server
 import engine.cli.bootstrap, engine.cli.run, engine.cli.gui
 import app.main, app.views.main_window, pyqtgraph
 from engine import tasks

@@ -12,7 +12,7 @@ import pytest
 
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
-from engine.peer_groups import make_pool
+from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
 from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup

@@ -10,7 +10,7 @@ import pytest
 
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
-from engine.peer_groups import make_pool
+from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.sapo.repeated_text import RepeatedTextConfig

@@ -177,7 +177,7 @@ def test_kl_anchor_acts_on_external_rows_only(tiny: tuple[Any, Any]) -> None:
 def test_autocast_choice_follows_the_model_and_the_cpu(tiny: tuple[Any, Any]) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from engine.hardware import torch_cpu_bf16
+    from engine.machine.hardware import torch_cpu_bf16
     from engine.sapo.update import autocast_dtype
 
     model, _ = tiny

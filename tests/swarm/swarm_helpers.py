@@ -76,7 +76,7 @@ def real_groups(origin: str, n: int, seed: int = 5, policy_version: int = 3) -> 
 
 def library_rescore(group: RolloutGroup) -> VerifiedGroup | None:
     """What the node passes to RolloutPool: regenerate from the ref, check the hash, score locally."""
-    from engine.peer_groups import make_rescorer
+    from engine.node.peer_groups import make_rescorer
 
     return make_rescorer(partial_credit=False)(group)
 

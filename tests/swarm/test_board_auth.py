@@ -224,7 +224,7 @@ def test_the_board_connection_outlives_its_credentials() -> None:
 @pytest.mark.timeout(60)
 def test_a_node_whose_puts_fail_says_why_in_its_status_and_the_app() -> None:
     from app.models.peers import board_text, parse_board
-    from engine.node_swarm import board_summary
+    from engine.node.swarm import board_summary
     from engine.swarm.board_client import BoardClient, nats_board_factory
     from engine.swarm.loops import Backoff
     from engine.swarm.nats_board import STREAM, admin_board

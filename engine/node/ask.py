@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.control.protocol import MAX_QUESTION_CHARS, MAX_SPECIALTY_CHARS
 from engine.errors import SapoError
 from engine.events import Event, LogRecord
 from engine.models.policy import load_policy
@@ -43,8 +44,6 @@ from engine.tasks.prompts import PromptBuilder
 from engine.tasks.reference import MAX_INDEX, TaskRefError
 from engine.tasks.specialties import SPECIALTIES, ground_truth
 
-MAX_QUESTION_CHARS = 500  # a typed question: a prompt, not a document
-MAX_SPECIALTY_CHARS = 64
 MAX_PENDING = 4  # questions queued on one node, all clients together
 RECENT_GROUPS = 16  # own groups kept for the app (a few rounds' worth)
 SHOWN_COMPLETIONS = 4  # completions per recent group sent to the app

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.memory import MemoryConfig
+from engine.machine.memory import MemoryConfig
 from engine.models.backends import BACKENDS
 from engine.models.llamacpp import LlamaCppConfig
 from engine.sapo.config import SapoConfig

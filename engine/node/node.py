@@ -19,22 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from engine import autostart, doctor, tasks
-from engine.ask import AskDesk
 from engine.bus import EventBus
-from engine.contribution import Contribution
 from engine.control.api import ModelProgress
 from engine.control.model_switch import checkpoint_dir_for, prepare_model
 from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
 from engine.fleet import recent_summary
-from engine.guard import may_train, probe_machine
-from engine.machine_load import PauseTimer, ThreadPacer
-from engine.memory import HeapTrimmer
+from engine.machine.contribution import Contribution
+from engine.machine.guard import may_train, probe_machine
+from engine.machine.load import PauseTimer, ThreadPacer
+from engine.machine.memory import HeapTrimmer
 from engine.models.backends import load_for_node
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
 from engine.models.resolve import pace_threads, pick_device, release_model, resolve_model, set_train_threads
-from engine.node_config import NodeConfig
-from engine.node_swarm import NodeSwarm
+from engine.node.ask import AskDesk
+from engine.node.config import NodeConfig
+from engine.node.swarm import NodeSwarm
 from engine.sapo.step import step
 from engine.sapo.trainer import Trainer
 from engine.settings import ContributorSettings
@@ -85,7 +85,7 @@ class Node:
         self._heap = HeapTrimmer(config.memory)
         self._contribution = Contribution(config.data_dir)  # what this machine has given, kept across restarts
         self._pacer = ThreadPacer()  # each round's threads: the cores lent that other work leaves free
-        self._threads: dict[str, Any] = {}  # the last choice (engine.machine_load.ThreadChoice)
+        self._threads: dict[str, Any] = {}  # the last choice (engine.machine.load.ThreadChoice)
         self._pause = PauseTimer()  # a long pause releases the model's memory
         self._desk = AskDesk(list(task_mix(config.mix).specialties), config.seed, self.bus.publish)  # "Try it"
 
@@ -182,7 +182,7 @@ class Node:
                 "frame_refusals": self.store.refusal_totals()}
 
     async def ask(self, specialty: str = "", text: str = "") -> dict[str, Any]:
-        """Your model's and the starting model's answers to a question, between rounds (engine.ask)."""
+        """Your model's and the starting model's answers to a question, between rounds (engine.node.ask)."""
         answer = self._desk.submit(specialty, text)
         self._wake.set()  # a paused worker answers at once
         return await asyncio.wrap_future(answer)

@@ -46,7 +46,7 @@ def may_train(settings: ContributorSettings, machine: MachineState) -> Verdict:
 def probe_machine(now: float, settings: ContributorSettings | None = None) -> MachineState:
     """Probe only what the contributor's rules need (idle time opens an X connection, temperature
     reads sensors): with `settings`, rules that are off cost nothing each round."""
-    from engine import hardware
+    from engine.machine import hardware
 
     want_battery = settings is None or settings.pause_on_battery
     want_idle = settings is None or settings.only_when_idle

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine import tasks
 from engine.events import LogRecord
-from engine.peer_groups import make_pool, rollout_event, task_library_version
+from engine.node.peer_groups import make_pool, rollout_event, task_library_version
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.sapo.verdicts import Skipped, VerdictLog
 from engine.swarm.identity import Identity

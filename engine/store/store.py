@@ -19,7 +19,7 @@ from typing import Any, Self, TextIO
 
 from engine.errors import SapoError
 from engine.events import ROLLOUT_STATUSES
-from engine.store_schema import (
+from engine.store.schema import (
     PHASES,
     ROUND_METRICS,  # noqa: F401 (re-exported: callers read the v1 columns here)
     SCHEMA,

@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 
-from engine.memory import trim_heap
+from engine.machine.memory import trim_heap
 
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 PRIORITY_ENV = "SAPO_PRIORITY"  # the launcher tells the engine child its priority through this

@@ -1,4 +1,4 @@
-"""The node store's SQLite schema and its migrations (engine/store.py reads and writes through them).
+"""The node store's SQLite schema and its migrations (engine/store/store.py reads and writes through them).
 
 Each schema version is a step `migrate` applies to an older file; rows already written stay as they are.
 """
