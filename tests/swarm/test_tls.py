@@ -300,7 +300,6 @@ def test_a_tls_url_never_falls_back_to_plain(pki: Pki) -> None:
 def test_node_processes_train_through_a_tls_bootstrap(pki: Pki, tmp_path: Path) -> None:
     """`sapo bootstrap --tls-cert --tls-key` and two `sapo run --bootstrap wss://... --ca` processes on the
     tiny model: each trains on the other's groups, fetched from the board over TLS."""
-    import sqlite3
     import subprocess
     import sys
     import time
@@ -327,13 +326,23 @@ def test_node_processes_train_through_a_tls_bootstrap(pki: Pki, tmp_path: Path) 
         for i in range(2):
             # A random tiny model solves nothing: without the zero-advantage filter peers' groups are eligible
             cmd = [sys.executable, "-m", "engine", "run", "--headless", "--model", str(model), "--data-dir",
-                   str(tmp_path / f"n{i}"), "--rounds", "8", "--bootstrap", f"wss://127.0.0.1:{port}", "--ca",
+                   str(tmp_path / f"n{i}"), "--rounds", "500", "--bootstrap", f"wss://127.0.0.1:{port}", "--ca",
                    str(pki.ca), "--no-mdns", "--listen", "127.0.0.1:0", "--local", "2", "--external", "2",
                    "--set", "filter_zero_advantage=false", "--set", "completions=4", "--set", "eval_every=0",
                    "--seed", str(i)]
             nodes.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        # until each trained on the other's groups (a node that starts first must not run out of rounds
+        # while the other is still loading: under load the start-up lag is many tiny rounds), then SIGTERM
+        deadline = time.monotonic() + 240
+        while not all(_used_groups(tmp_path / f"n{i}" / "node.db") for i in range(2)):
+            assert time.monotonic() < deadline, "the nodes never both trained on each other's groups"
+            assert all(proc.poll() is None for proc in nodes), [proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+                                                                for proc in nodes if proc.poll() is not None]
+            time.sleep(0.5)
         for proc in nodes:
-            _, err = proc.communicate(timeout=240)
+            proc.terminate()  # as the app stops its engine: it leaves the swarm and exits cleanly
+        for proc in nodes:
+            _, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err.decode()[-3000:]
         status = _https_json(status_url, pki.ca)
         assert status["board"]["credentials_issued"] >= 2 and status["frames"]["rollouts"] == 0
@@ -344,7 +353,19 @@ def test_node_processes_train_through_a_tls_bootstrap(pki: Pki, tmp_path: Path) 
                 proc.kill()
             proc.wait()
     for i in range(2):
-        db = sqlite3.connect(tmp_path / f"n{i}" / "node.db")
-        used = db.execute("SELECT COUNT(*) FROM rollouts WHERE status = 'used'").fetchone()[0]
+        assert _used_groups(tmp_path / f"n{i}" / "node.db") > 0, f"node {i} never trained on its peer's groups"
+
+
+def _used_groups(db_path: Path) -> int:
+    """Peers' groups a node's store says it trained on (0 before its store exists)."""
+    import sqlite3
+
+    if not db_path.exists():
+        return 0
+    db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=5)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM rollouts WHERE status = 'used'").fetchone()[0])
+    except sqlite3.OperationalError:  # the node has not made its tables yet
+        return 0
+    finally:
         db.close()
-        assert used > 0, f"node {i} never trained on its peer's groups"
