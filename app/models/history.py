@@ -30,7 +30,8 @@ def _phase_column(name: str) -> bool:
     return name.startswith("seconds_") and name[len("seconds_"):] in PHASES
 
 
-def _number(value: Any) -> bool:
+def finite_number(value: Any) -> bool:
+    """A real number (not a bool, not NaN or infinite): what any number from the engine must be."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -76,10 +77,10 @@ def round_event(row: dict[str, Any]) -> Event:
     metrics = _nested(row.get("metrics"))
     if not isinstance(metrics, dict):  # flat store row: every other finite number is a metric column
         metrics = {k: float(v) for k, v in row.items()
-                   if k not in _ROUND_COLUMNS and not _phase_column(k) and _number(v)}
+                   if k not in _ROUND_COLUMNS and not _phase_column(k) and finite_number(v)}
     phases = _nested(row.get("phase_seconds"))
     if not isinstance(phases, dict):
-        phases = {k[len("seconds_"):]: float(v) for k, v in row.items() if _phase_column(k) and _number(v)}
+        phases = {k[len("seconds_"):]: float(v) for k, v in row.items() if _phase_column(k) and finite_number(v)}
     specialty = _nested(row.get("per_specialty_reward", row.get("per_specialty", {})))
     return _event({"round": row.get("round"), "policy_version": row.get("policy_version", 0),
                    "ts": row.get("ts", 0.0), "metrics": metrics, "per_specialty_reward": specialty,
@@ -172,12 +173,12 @@ def parse_totals(history: Any) -> Totals | None:
     model, last = raw.get("model"), raw.get("last_round")
     last = 0 if last is None else last
     if not (isinstance(model, str) and len(model) <= MAX_SPECIALTY and _count(raw.get("rounds")) and _count(last)
-            and _number(raw.get("reward_sum")) and _number(raw.get("seconds")) and raw["seconds"] >= 0):
+            and finite_number(raw.get("reward_sum")) and finite_number(raw.get("seconds")) and raw["seconds"] >= 0):
         return None
     seconds: dict[int, float] = {}
     evals = history.get("evals")
     for row in evals if isinstance(evals, list) else []:
-        if isinstance(row, dict) and _count(row.get("round")) and _number(row.get("train_seconds")) \
+        if isinstance(row, dict) and _count(row.get("round")) and finite_number(row.get("train_seconds")) \
                 and row.get("model", model) == model:
             seconds[row["round"]] = float(row["train_seconds"])
     return Totals(model, raw["rounds"], float(raw["reward_sum"]), float(raw["seconds"]), last, seconds)

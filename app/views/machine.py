@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.models.history import finite_number
 from app.views.giving import GivingBox
 from engine.control.api import ModelProgress
 
@@ -106,23 +106,19 @@ def round_estimate_text(lent: Any, every_core_s: Any) -> str | None:
     """`sapo doctor`'s round time for the cores the contributor lends (and beside today's load), else for
     every core."""
     lent_s, threads, now_s = _get(lent, "round_seconds"), _get(lent, "threads"), _get(lent, "round_seconds_now")
-    if not _number(lent_s):
-        return f"~{every_core_s:,.0f} s per round" if _number(every_core_s) else None
+    if not finite_number(lent_s):
+        return f"~{every_core_s:,.0f} s per round" if finite_number(every_core_s) else None
     text = f"~{lent_s:,.0f} s per round on the {threads} core{'s' if threads != 1 else ''} you lend"
-    if _number(now_s) and abs(now_s - lent_s) >= 1:
+    if finite_number(now_s) and abs(now_s - lent_s) >= 1:
         text += f" (~{now_s:,.0f} s beside what else runs now)"
     return text
 
 
 def measured_text(round_seconds: Sequence[float]) -> str:
-    newest = [s for s in list(round_seconds)[-MEASURED_ROUNDS:] if s >= 0]
+    newest = [float(s) for s in round_seconds[-MEASURED_ROUNDS:] if s >= 0]  # a slice: the ring holds thousands
     if not newest:
         return "no round yet"
     return f"{statistics.median(newest):,.0f} s per round (median of the last {len(newest)} here)"
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class MachineView(QWidget):

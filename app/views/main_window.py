@@ -236,7 +236,7 @@ class MainWindow(EngineActions, QMainWindow):
         self.machine.show_progress(self.model.progress)
         if drawn and current is self.machine:
             total = self.model.dashboard.phases.get("total")
-            self.machine.show_measured(total.y.tolist() if total is not None else [])
+            self.machine.show_measured(total.y if total is not None else [])
         self.dashboard.set_eval_every(self.model.node.eval_every, self.model.node.eval_every_s)
         for alert in self.fleet.tick():  # an engine of the fleet stopped, went silent or crashed
             self.home.model.log.add("warning", alert)
