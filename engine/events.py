@@ -88,18 +88,28 @@ class RolloutSeen(Event):
     status: RolloutStatus
     reason: str = ""
     ref_key: str = ""  # TaskRef.key of the group (store column; empty where unknown)
+    evicted: bool = False  # dropped after it had been pooled (unused): not a second arrival
 
     def __post_init__(self) -> None:
         rollout_status(self.status)
+        if not isinstance(self.evicted, bool):
+            raise EventError("evicted must be true or false")
+
+    @property
+    def arrival(self) -> bool:
+        """The group's first verdict here (kept, or refused on arrival): "received" counts these, so a
+        group counts once however many verdicts follow (pooled, then used or evicted)."""
+        return self.status == "pooled" or (self.status == "dropped" and not self.evicted)
 
     @classmethod
-    def of(cls, group: Any, status: str, reason: str = "", question: str = "", peer_name: str = "") -> RolloutSeen:
+    def of(cls, group: Any, status: str, reason: str = "", question: str = "", peer_name: str = "",
+           evicted: bool = False) -> RolloutSeen:
         """The one builder: every RolloutSeen (pooled, dropped, used, skipped) describes its group alike."""
         rewards = group.rewards
         return cls(origin_peer=group.provenance.origin_peer, peer_name=peer_name, specialty=group.ref.specialty,
                    question=question[:2000], completion=group.completions[0][:2000] if group.completions else "",
                    reward=sum(rewards) / len(rewards) if rewards else None, status=rollout_status(status), reason=reason,
-                   ref_key=group.ref.key)
+                   ref_key=group.ref.key, evicted=evicted)
 
 
 def rollout_status(value: str) -> RolloutStatus:

@@ -49,6 +49,7 @@ class AppModel:
         elif isinstance(event, RolloutSeen):
             self.feed.apply(event)
             self.peers.touch(event.origin_peer, event.ts)
+            self.peers.count(event)  # live only: history's peer rows already hold the store's totals
         elif isinstance(event, PeerUpdated):
             self.peers.apply(event)
             self.node.peers = self.peers.connected
@@ -74,5 +75,9 @@ class AppModel:
                             parse_totals(history))
         for event in rounds:
             self.node.apply_round(event)
-        for other in parsed["peers"] + parsed["rollouts"]:
-            self.apply(other)
+        for peer in parsed["peers"]:
+            self.apply(peer)
+        for rollout in parsed["rollouts"]:  # the feed's recent rows; the counts are in the peer rows
+            if isinstance(rollout, RolloutSeen):
+                self.feed.apply(rollout)
+                self.peers.touch(rollout.origin_peer, rollout.ts)

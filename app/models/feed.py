@@ -1,4 +1,5 @@
-"""Shared-rollouts view model: the live feed of peers' groups, counters and a per-peer breakdown.
+"""Shared-rollouts view model: the live feed of peers' groups, what waits in the pool and what was dropped
+(received and used, per peer and in all, are the Peers model's: one count, the store's).
 
 A group may be reported more than once (first "pooled", then "skipped" by a round's trainer while it
 waits, later "used" or "dropped"): the feed keeps one row per (origin peer, question) and updates its
@@ -70,14 +71,6 @@ class FeedRow:
 
 
 @dataclass
-class PeerCounts:
-    name: str
-    received: int = 0
-    used: int = 0
-    dropped: int = 0
-
-
-@dataclass
 class FeedChanges:
     """What changed since the last `take_changes`: for incremental table updates."""
 
@@ -92,12 +85,9 @@ class FeedModel:
         self.rows: collections.deque[FeedRow] = collections.deque()  # oldest first
         self._by_key: dict[tuple[str, str], FeedRow] = {}
         self._seq = 0
-        self.received = 0
-        self.used = 0
         self.pooled = 0  # received and still waiting in the pool, not judged by a round yet
         self.skipped: collections.Counter[str] = collections.Counter()  # reason -> groups waiting, passed over
         self.dropped: collections.Counter[str] = collections.Counter()  # reason -> groups
-        self.per_peer: dict[str, PeerCounts] = {}
         self._changes = FeedChanges()
         self.version = 0
 
@@ -105,13 +95,8 @@ class FeedModel:
         status = event.status if event.status in STATUSES else "pooled"
         reason = event.reason or ("unspecified" if status in ("dropped", "skipped") else "")
         key = (event.origin_peer, event.question)
-        peer = self.per_peer.setdefault(event.origin_peer, PeerCounts(event.peer_name or event.origin_peer[:8]))
-        if event.peer_name:
-            peer.name = event.peer_name
         row = self._by_key.get(key)
         if row is None:
-            self.received += 1
-            peer.received += 1
             row = FeedRow(self._seq, event.ts, event.origin_peer, event.peer_name, event.specialty,
                           event.question, event.completion, event.reward, "pooled", "")
             self._seq += 1
@@ -126,34 +111,29 @@ class FeedModel:
                 self._changes.updated.discard(old.seq)
         elif (row.status, row.reason) != (status, reason):
             self._changes.updated.add(row.seq)
-        self._set_status(row, peer, status, reason)
+        self._set_status(row, status, reason)
         if event.reward is not None:
             row.reward = event.reward
         if event.completion:
             row.completion = event.completion
         self.version += 1
 
-    def _set_status(self, row: FeedRow, peer: PeerCounts, status: str, reason: str) -> None:
+    def _set_status(self, row: FeedRow, status: str, reason: str) -> None:
         """Move the group's count from its old status (and reason) to the new one (a group counts once)."""
         if (row.status, row.reason) == (status, reason):
             return
-        self._count(row.status, row.reason, peer, -1)
+        self._count(row.status, row.reason, -1)
         row.status, row.reason = status, reason
-        self._count(status, reason, peer, +1)
+        self._count(status, reason, +1)
 
-    def _count(self, status: str, reason: str, peer: PeerCounts, delta: int) -> None:
+    def _count(self, status: str, reason: str, delta: int) -> None:
         if status == "pooled":
             self.pooled += delta
-        elif status == "used":
-            self.used += delta
-            peer.used += delta
-        else:
+        elif status != "used":
             by_reason = self.dropped if status == "dropped" else self.skipped
             by_reason[reason] += delta
             if by_reason[reason] <= 0:
                 del by_reason[reason]
-            if status == "dropped":
-                peer.dropped += delta
 
     def newest_first(self, index: int) -> FeedRow:
         return self.rows[len(self.rows) - 1 - index]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.events import PeerUpdated
+from engine.events import PeerUpdated, RolloutSeen
 from engine.swarm.peers import FORGET_AFTER_S
 
 MAX_REASONS = 32  # reasons kept per counter dict; the rest (from a confused engine) is dropped
@@ -245,6 +245,22 @@ class PeersModel:
             gone = [r for r in self.rows.values() if not r.connected] or list(self.rows.values())
             del self.rows[min(gone, key=lambda r: r.last_seen).peer_id]
         self.version += 1
+
+    def count(self, event: RolloutSeen) -> None:
+        """A live verdict on a peer's group, counted as the store counts it (received once, on arrival;
+        used per use), so this table's totals stay the store's, for all time, between history loads."""
+        row = self.rows.get(event.origin_peer)
+        if row is None or not (event.arrival or event.status == "used"):
+            return
+        if event.status == "used":
+            row.used += 1
+        else:
+            row.received += 1
+        self.version += 1
+
+    def totals(self) -> tuple[int, int]:
+        """Groups received from and used of every peer remembered here (all time)."""
+        return sum(r.received for r in self.rows.values()), sum(r.used for r in self.rows.values())
 
     def touch(self, peer_id: str, ts: float) -> None:
         """Something arrived from this peer (e.g. a rollout): it was alive at `ts`."""

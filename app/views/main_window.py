@@ -152,8 +152,8 @@ class MainWindow(EngineActions, QMainWindow):
         """The per-engine tabs, drawing `m`; built again when another engine is shown."""
         self.dashboard = DashboardView(m.dashboard)
         self.try_it = TryItView(m.node, self.session.bridge.call)  # asks the engine shown (rebuilt on a switch)
-        self.rollouts = RolloutsView(m.feed)
-        self.peers = PeersView(m.peers, m.feed)
+        self.rollouts = RolloutsView(m.feed, m.peers)
+        self.peers = PeersView(m.peers)
         self.machine = MachineView()
         self.settings = SettingsView()
         self.settings.set_tray_available(self._has_tray)

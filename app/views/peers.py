@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.models.feed import FeedModel
 from app.models.peers import Credit, PeersModel, board_text, credit_text, refusals_text
 
 COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts received", "Used", "Trust")
@@ -51,11 +50,10 @@ def summary_text(connected: int, listed: int, gone: int, forget_after_s: float) 
 
 
 class PeersView(QWidget):
-    def __init__(self, peers: PeersModel, feed: FeedModel, parent: QWidget | None = None) -> None:
+    def __init__(self, peers: PeersModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.peers = peers
-        self.feed = feed
-        self._versions = (-1, -1)
+        self._version = -1
         self._last_ages = 0.0
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
@@ -100,11 +98,10 @@ class PeersView(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        versions = (self.peers.version, self.feed.version)
         now = time.time()
-        if versions == self._versions and now - self._last_ages < 1.0:
+        if self.peers.version == self._version and now - self._last_ages < 1.0:
             return  # nothing new; "last seen" ages are redrawn once a second
-        self._versions, self._last_ages = versions, now
+        self._version, self._last_ages = self.peers.version, now
         swarm = self.peers.swarm
         self.refused.setVisible(swarm is not None)
         self.refused.setText(f"Refused by the swarm: {refusals_text(swarm)}" if swarm is not None else "")
@@ -115,12 +112,9 @@ class PeersView(QWidget):
         rows = self.peers.sorted_rows(now)  # connected or seen lately: peers long gone are only counted
         self.table.setRowCount(len(rows))
         for i, row in enumerate(rows):
-            counts = self.feed.per_peer.get(row.peer_id)
-            received = max(row.received, counts.received if counts else 0)
-            used = max(row.used, counts.used if counts else 0)
             trust = reputation.get(row.peer_id)
             values = ("●", row.name, row.model, FOUND_BY.get(row.found_by, row.found_by), row.address,
-                      ago(row.last_seen, now), f"{received:,}", f"{used:,}", f"{trust[0]:.0%}" if trust else "–")
+                      ago(row.last_seen, now), f"{row.received:,}", f"{row.used:,}", f"{trust[0]:.0%}" if trust else "–")
             for col, value in enumerate(values):
                 item = self.table.item(i, col)
                 if item is None:

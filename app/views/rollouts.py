@@ -1,5 +1,5 @@
-"""Shared rollouts: the live feed of peers' groups, its counters, a per-peer breakdown and a detail
-pane. The table model follows the Qt-free FeedModel incrementally (insert at top, trim at bottom)."""
+"""Shared rollouts: the live feed of peers' groups, its counters and a detail pane (per peer: the Peers
+tab). The table model follows the Qt-free FeedModel incrementally (insert at top, trim at bottom)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,12 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QSplitter,
     QTableView,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from app.models.feed import FeedModel, FeedRow, reason_words, status_text
+from app.models.peers import PeersModel
 
 COLUMNS = ("Time", "From", "Specialty", "Question", "Reward", "Status")
 STATUS_COLORS = {"used": "#15803d", "dropped": "#b91c1c", "pooled": "#6b7280", "skipped": "#b45309"}
@@ -110,25 +109,29 @@ class FeedTableModel(QAbstractTableModel):
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
 
 
-def counters_text(feed: FeedModel) -> str:
-    """The line above the feed: received, used, waiting (with why the trainer passed some over), dropped."""
+def counters_text(feed: FeedModel, peers: PeersModel) -> str:
+    """The line above the feed. Received and used are the Peers tab's totals (the store's, for all time:
+    one count, shown alike in both tabs); waiting is the pool now; skipped and dropped are verdicts this
+    window has seen."""
     def why(counts: collections.Counter[str]) -> str:
         return ", ".join(f"{html.escape(reason_words(reason))} {n:,}" for reason, n in counts.most_common())
 
+    received, used = peers.totals()
     skipped = collections.Counter({r: n for r, n in feed.skipped.items() if r != "not_sampled"})
     waiting = f"<b>waiting in pool</b> {feed.waiting:,}"
     if skipped:
         waiting += f" (skipped by the trainer: {why(skipped)})"
     dropped = f"<b>dropped</b> {feed.dropped_total:,}" + (f" ({why(feed.dropped)})" if feed.dropped else "")
-    return (f"<b>Received</b> {feed.received:,} &nbsp;·&nbsp; <b>used in training</b> {feed.used:,} "
-            f"&nbsp;·&nbsp; {waiting} &nbsp;·&nbsp; {dropped}")
+    return (f"<b>Received</b> {received:,} &nbsp;·&nbsp; <b>used in training</b> {used:,} (all time; per peer on "
+            f"the Peers tab) &nbsp;·&nbsp; {waiting} &nbsp;·&nbsp; {dropped} since this window opened")
 
 
 class RolloutsView(QWidget):
-    def __init__(self, feed: FeedModel, parent: QWidget | None = None) -> None:
+    def __init__(self, feed: FeedModel, peers: PeersModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.feed = feed
-        self._version = -1
+        self.peers = peers
+        self._version = (-1, -1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(12, 12, 12, 12)
         self.counters = QLabel()
@@ -153,38 +156,20 @@ class RolloutsView(QWidget):
         self.detail = QPlainTextEdit()
         self.detail.setReadOnly(True)
         self.detail.setPlaceholderText("Select a rollout to see its full question and completion.")
-        self.per_peer = QTableWidget(0, 4)
-        self.per_peer.setHorizontalHeaderLabels(("Peer", "Received", "Used", "Dropped"))
-        self.per_peer.verticalHeader().setVisible(False)
-        self.per_peer.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.per_peer.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-
-        bottom = QSplitter(Qt.Orientation.Horizontal)
-        bottom.addWidget(self.detail)
-        bottom.addWidget(self.per_peer)
-        bottom.setSizes([600, 320])
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(self.table)
-        split.addWidget(bottom)
+        split.addWidget(self.detail)
         split.setSizes([420, 200])
         layout.addWidget(split, 1)
         self.refresh()
 
     def refresh(self) -> None:
-        if self.feed.version == self._version:
+        version = (self.feed.version, self.peers.version)
+        if version == self._version:
             return
-        self._version = self.feed.version
+        self._version = version
         self.table_model.sync()
-        feed = self.feed
-        self.counters.setText(counters_text(feed))
-        peers = sorted(feed.per_peer.values(), key=lambda p: -p.received)
-        self.per_peer.setRowCount(len(peers))
-        for i, peer in enumerate(peers):
-            for col, value in enumerate((peer.name, f"{peer.received:,}", f"{peer.used:,}", f"{peer.dropped:,}")):
-                item = QTableWidgetItem(value)
-                if col:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                self.per_peer.setItem(i, col, item)
+        self.counters.setText(counters_text(self.feed, self.peers))
 
     def _show_detail(self, current: QModelIndex, _previous: QModelIndex) -> None:
         row = self.table_model.row_at(current.row())

@@ -372,7 +372,7 @@ class Node:
                                       event.reason, event.reward, event.ts)
             if event.status == "used":
                 self.store.add_peer_counts(event.origin_peer, used=1)
-            elif event.status != "skipped":  # a verdict on a group already counted as received
+            elif event.arrival:  # later verdicts (skipped, evicted) are on a group already received
                 self.store.add_peer_counts(event.origin_peer, received=1)
         elif isinstance(event, PeerUpdated):
             self.store.upsert_peer(event.peer_id, event.name, event.model, event.found_by, event.address,

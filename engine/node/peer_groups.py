@@ -56,8 +56,9 @@ def task_library_version() -> str:
     return f"reasoning-gym=={version('reasoning-gym')}"
 
 
-def rollout_event(group: RolloutGroup, status: str, reason: str = "", question: Any = None) -> RolloutSeen:
+def rollout_event(group: RolloutGroup, status: str, reason: str = "", question: Any = None,
+                  evicted: bool = False) -> RolloutSeen:
     """`question`: the group's regenerated question where the caller holds it (a verified group);
     otherwise it is regenerated (cached) for its text."""
     text = question.text if question is not None else tasks.regenerate(group.ref).text
-    return RolloutSeen.of(group, status, reason, text, name_for(group.provenance.origin_peer))
+    return RolloutSeen.of(group, status, reason, text, name_for(group.provenance.origin_peer), evicted)

@@ -71,7 +71,7 @@ class NodeSwarm:
         """Groups that left the pool unused reach the feed and the store like every other decision
         (offers are reported by the swarm service, uses by the round)."""
         if decision.evicted:
-            self._emit(rollout_event(decision.group, "dropped", decision.reason, decision.question))
+            self._emit(rollout_event(decision.group, "dropped", decision.reason, decision.question, evicted=True))
 
     # --- read from any thread ---------------------------------------------------------------------
     @property

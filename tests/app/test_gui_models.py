@@ -86,15 +86,13 @@ def test_feed_counts_each_group_once_across_status_changes() -> None:
     feed.apply(_seen("A", "q1", "used"))  # the same group, now trained on
     feed.apply(_seen("B", "q2", "dropped", "question hash mismatch", reward=None))
     feed.apply(_seen("B", "q3", "dropped", ""))
-    assert (feed.received, feed.used, feed.pooled, feed.dropped_total) == (3, 1, 0, 2)
+    assert (len(feed.rows), feed.pooled, feed.dropped_total) == (3, 0, 2)
     assert feed.dropped == {"question hash mismatch": 1, "unspecified": 1}
-    assert (feed.per_peer["A"].received, feed.per_peer["A"].used) == (1, 1)
-    assert (feed.per_peer["B"].received, feed.per_peer["B"].dropped, feed.per_peer["B"].name) == (2, 2, "name-B")
     changes = feed.take_changes()
     assert changes.added == 3 and changes.removed == 0 and changes.updated == {0}
     assert feed.newest_first(0).question == "q3" and feed.newest_first(2).status == "used"
     feed.apply(_seen("C", "q4", "pooled"))  # capacity 3: q1 scrolls out, counters keep it
-    assert len(feed.rows) == 3 and feed.received == 4 and feed.index_of(0) is None
+    assert len(feed.rows) == 3 and feed.index_of(0) is None
     assert feed.take_changes().removed == 1 and feed.index_of(3) == 0
 
 
@@ -133,6 +131,7 @@ def test_history_from_a_real_store(tmp_path: Path) -> None:
         store.record_rollout("peerA", "bf", "bf|{}|1|2", "used", reward=1.0, ts=1003.0)
         store.record_rollout("peerA", "bf", "bf|{}|1|3", "dropped", "zero advantage", reward=0.0, ts=1004.0)
         store.upsert_peer("peerA", "amber-falcon", "seed", "mdns", "192.168.1.2:7070", seen_at=1005.0)
+        store.add_peer_counts("peerA", received=2, used=1)
         history = {"rounds": store.rounds(), "evals": store.evals(), "rollouts": store.rollouts(),
                    "peers": store.peers()}
     model = AppModel()
@@ -143,7 +142,7 @@ def test_history_from_a_real_store(tmp_path: Path) -> None:
     assert set(model.dashboard.phases) == {"generate", "update"}
     assert "seconds_generate" not in str(model.dashboard.series)
     assert model.dashboard.latest("pass1") == 0.2
-    assert (model.feed.received, model.feed.used, model.feed.dropped_total) == (2, 1, 1)
+    assert (len(model.feed.rows), model.feed.dropped_total, model.peers.totals()) == (2, 1, (2, 1))
     assert model.peers.rows["peerA"].name == "amber-falcon" and not model.peers.rows["peerA"].connected
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from pytestqt.qtbot import QtBot
 
 from app.models import AppModel
-from app.models.feed import FeedModel
 from app.models.peers import PeersModel
 from app.views.peers import PeersView
 from engine.events import PeerUpdated
@@ -34,7 +33,7 @@ def test_peers_gone_longer_than_the_engine_remembers_are_not_listed(qtbot: QtBot
     peers.apply(_peer("gone", False, 23 * 60, now))  # left 23 minutes ago
     peers.apply(_peer("left", False, 60, now))  # left a minute ago: still listed, grey
     peers.apply(_peer("linked", True, 40 * 60, now))  # a link opened 40 minutes ago and still open
-    view = PeersView(peers, FeedModel())
+    view = PeersView(peers)
     qtbot.addWidget(view)
     view.show()
     view.refresh()
@@ -60,7 +59,7 @@ def test_the_stores_peer_history_lists_only_recent_peers(qtbot: QtBot, tmp_path:
         history = {"rounds": [], "evals": [], "rollouts": [], "peers": store.peers()}
     model = AppModel()
     model.load_history(history)
-    view = PeersView(model.peers, model.feed)
+    view = PeersView(model.peers)
     qtbot.addWidget(view)
     view.show()
     view.refresh()

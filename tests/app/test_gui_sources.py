@@ -11,6 +11,7 @@ from pytestqt.qtbot import QtBot
 from app.models import AppModel
 from app.models.dashboard import DashboardModel
 from app.models.feed import FeedModel
+from app.models.peers import PeersModel
 from app.models.sources import SourceTally
 from app.views.dashboard import DashboardView
 from app.views.rollouts import RolloutsView
@@ -88,7 +89,7 @@ def _seen(question: str, status: str, reason: str = "") -> RolloutSeen:
 
 def test_the_feed_shows_the_trainers_verdicts_in_words(qtbot: QtBot) -> None:
     feed = FeedModel()
-    view = RolloutsView(feed)
+    view = RolloutsView(feed, PeersModel())
     qtbot.addWidget(view)
     for event in (_seen("q1", "pooled"), _seen("q2", "pooled"), _seen("q3", "pooled"),
                   _seen("q1", "skipped", "zero_advantage"), _seen("q2", "skipped", "not_sampled"),
@@ -100,13 +101,13 @@ def test_the_feed_shows_the_trainers_verdicts_in_words(qtbot: QtBot) -> None:
     assert status["q1"] == "skipped: no learning signal (all answers right or all wrong)"
     assert status["q2"] == "waiting: not drawn this round"
     assert status["q3"].startswith("skipped: its answers repeat words")
-    assert (feed.received, feed.waiting, feed.pooled) == (3, 3, 0)
+    assert (len(feed.rows), feed.waiting, feed.pooled) == (3, 3, 0)
     text = view.counters.text()
     assert "<b>waiting in pool</b> 3" in text and "no learning signal" in text and "not drawn" not in text
     feed.apply(_seen("q2", "used"))  # drawn the round after
     feed.apply(_seen("q1", "dropped", "expired"))  # left the pool unused
     view.refresh()
-    assert (feed.used, feed.waiting, feed.skipped, feed.dropped) == (1, 1, {"repeated_text": 1}, {"expired": 1})
+    assert (feed.waiting, feed.skipped, feed.dropped) == (1, {"repeated_text": 1}, {"expired": 1})
     status = {table.row_at(i).question: table.data(table.index(i, 5)) for i in range(table.rowCount())}
     assert status == {"q1": "dropped: waited too long in the pool", "q2": "used in training",
                       "q3": status["q3"]}

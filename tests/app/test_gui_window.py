@@ -62,14 +62,14 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     assert set(window.dashboard._specialty_curves) == set(model.dashboard.specialty) != set()
     # shared rollouts from the real peer: incremental table, counters, detail on selection
     window.tabs.setCurrentWidget(window.rollouts)
-    qtbot.waitUntil(lambda: model.feed.used > 0 and window.rollouts.table_model.rowCount() == len(model.feed.rows),
-                    timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: model.peers.totals()[1] > 0
+                    and window.rollouts.table_model.rowCount() == len(model.feed.rows), timeout=WAIT_MS)
     assert {r.peer_name for r in model.feed.rows} == {peer_name}
-    assert f"<b>Received</b> {model.feed.received:,}" in window.rollouts.counters.text()
+    window.rollouts.refresh()
+    assert f"<b>Received</b> {model.peers.totals()[0]:,} " in window.rollouts.counters.text()
     window.rollouts.table.selectRow(0)
     newest = model.feed.newest_first(0)
     assert newest.question in window.rollouts.detail.toPlainText()
-    assert window.rollouts.per_peer.rowCount() == len(model.feed.per_peer) == 1
     # peers and log
     window.tabs.setCurrentWidget(window.peers)
     qtbot.waitUntil(lambda: window.peers.table.rowCount() == 1, timeout=WAIT_MS)
