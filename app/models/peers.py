@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.models.feed import reason_words
 from engine.events import PeerUpdated, RolloutSeen
 from engine.swarm.peers import FORGET_AFTER_S
 
@@ -182,21 +183,43 @@ def swarm_where(swarm: SwarmRefusals | None, state: str) -> str:
     return f"LAN swarm · {swarm.links} link{'s' if swarm.links != 1 else ''}"
 
 
+# Why the swarm layer refused a peer's message (engine.swarm.errors.REASONS), in plain words.
+FRAME_REASON_WORDS = {
+    "frame_too_large": "too large",
+    "bad_utf8": "not readable text",
+    "bad_json": "not readable",
+    "non_finite": "impossible numbers",
+    "bad_schema": "malformed",
+    "bad_version": "from an incompatible version",
+    "unknown_type": "of an unknown kind",
+    "over_limit": "over a size or count limit",
+    "stale": "clock too far off",
+    "bad_signature": "bad signature",
+    "duplicate": "a copy of a message already taken",
+    "replay_old": "too old to tell from a replay",
+    "too_many_senders": "too many senders at once",
+    "rate_limited": "sent too fast",
+    "unexpected": "out of order",
+    "wrong_signer": "signed by the wrong key",
+}
+
+
 def refusals_text(swarm: SwarmRefusals | None) -> str:
-    """One line for the Peers tab: "solo" when there is no swarm, "nothing refused" when all zero."""
+    """One line for the Peers tab (counts since the engine started): "solo" when there is no swarm,
+    "nothing refused" when all zero; reasons in words, unknown ones as they came."""
     if swarm is None:
         return "solo: no swarm traffic"
 
-    def listing(counts: dict[str, int]) -> str:
-        shown = [f"{reason} {n:,}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n]
+    def listing(counts: dict[str, int], words: Callable[[str], str]) -> str:
+        shown = [f"{words(reason)} {n:,}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if n]
         return " · ".join(shown) or "none"
 
-    totals = (f"(received {swarm.groups_received:,}, pooled {swarm.groups_pooled:,}, "
+    totals = (f"(since the engine started: received {swarm.groups_received:,}, pooled {swarm.groups_pooled:,}, "
               f"used {swarm.groups_used:,})")
     if swarm.nothing_refused:
         return f"nothing refused {totals}"
-    return (f"frames refused: {listing(swarm.frames_refused)} — groups dropped: "
-            f"{listing(swarm.groups_dropped)} {totals}")
+    return (f"messages refused: {listing(swarm.frames_refused, lambda r: FRAME_REASON_WORDS.get(r, r))} — "
+            f"groups dropped: {listing(swarm.groups_dropped, reason_words)} {totals}")
 
 
 @dataclass

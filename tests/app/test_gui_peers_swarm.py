@@ -9,8 +9,9 @@ from typing import Any
 from pytestqt.qtbot import QtBot
 
 from app.bridge import LinkChange
-from app.models.peers import parse_swarm
+from app.models.peers import FRAME_REASON_WORDS, parse_swarm
 from app.views.main_window import MainWindow
+from engine.swarm.errors import REASONS
 
 SWARM = {"frames_accepted": 500, "frames_refused": {"bad_signature": 3, "replay": 1},
          "groups_received": 120, "groups_pooled": 80, "groups_used": 40,
@@ -57,20 +58,28 @@ def test_refusals_reach_the_peers_tab(qtbot: QtBot) -> None:
     win.tick()
     label = win.peers.refused
     assert label.isVisible()
-    assert label.text() == ("Refused by the swarm: frames refused: bad_signature 3 · replay 1 — groups dropped: "
-                            "duplicate 4 · forged_ref 2 · oversized 1 (received 120, pooled 80, used 40)")
+    # reasons in words; a code this app does not know ("replay") as it came
+    assert label.text() == ("Refused by the swarm: messages refused: bad signature 3 · replay 1 — groups dropped: "
+                            "same content as a group already received 4 · the question "
+                            "does not match its reference 2 · an answer longer than this model could write 1 "
+                            "(since the engine started: received 120, pooled 80, used 40)")
     # a later status poll (the Peers tab asks while shown) with everything at zero
     bridge.status = {"swarm": {**SWARM, "frames_refused": {"replay": 0}, "groups_dropped": {}}}
     win._swarm_polled = 0.0
     win.tick()
     win.tick()  # the poll is answered after this tick drew; the next one draws it
-    assert label.text() == "Refused by the swarm: nothing refused (received 120, pooled 80, used 40)"
+    assert label.text() == ("Refused by the swarm: nothing refused (since the engine started: received 120, "
+                            "pooled 80, used 40)")
     # solo: {} hides it
     bridge.status = {"swarm": {}}
     win._swarm_polled = 0.0
     win.tick()
     win.tick()  # the poll is answered after this tick drew; the next one draws it
     assert not label.isVisible() and win.model.peers.swarm is None
+
+
+def test_every_refusal_reason_is_said_in_words() -> None:
+    assert set(FRAME_REASON_WORDS) == set(REASONS)
 
 
 def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
@@ -84,8 +93,8 @@ def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
     swarm = win.model.peers.swarm
     assert swarm is not None and swarm.frames_refused == {"<b>x</b>": 5} and swarm.groups_dropped == {}
     assert (swarm.frames_accepted, swarm.groups_received, swarm.groups_used, swarm.links) == (0, 0, 9, 0)
-    assert win.peers.refused.text() == ("Refused by the swarm: frames refused: <b>x</b> 5 — groups dropped: none "
-                                        "(received 0, pooled 0, used 9)")  # shown as plain text
+    assert win.peers.refused.text() == ("Refused by the swarm: messages refused: <b>x</b> 5 — groups dropped: none "
+                                        "(since the engine started: received 0, pooled 0, used 9)")  # plain text
     for bad in (None, [], "swarm", 3, {}):
         assert parse_swarm(bad) is None
     bridge.status = {"swarm": "nonsense"}  # a status refresh with a non-dict: solo, hidden
