@@ -49,6 +49,11 @@ QTableView { background: #ffffff; alternate-background-color: #f9fafb; gridline-
 """
 
 
+def task_name(specialty: str) -> str:
+    """A task family's name as a contributor reads it: "basic arithmetic", not "basic_arithmetic"."""
+    return specialty.replace("_", " ")
+
+
 def apply_style(app: QApplication) -> None:
     app.setStyle("Fusion")
     palette = app.palette()

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from app.models.dashboard import REWARD, DashboardModel
 from app.models.ring import Ring
 from app.models.your_model import duration
-from app.theme import PLOT_COLORS
+from app.theme import PLOT_COLORS, task_name
 from app.views.axes import (
     TICK_GAP_PX,
     axis_ticks,
@@ -55,7 +55,7 @@ GRID: dict[str, tuple[int, int]] = {
     "format": (1, 1), "speed": (1, 2), "phase": (2, 2), "eval": (1, 2)}
 # Titles of the panels drawn from derived series (the registry's panels carry their own).
 DERIVED_TITLES = {"specialty": "Reward per specialty (moving average)", "cumulative": "Cumulative reward",
-                  "phase": "Seconds per phase", "eval": "Held-out eval"}
+                  "phase": "Seconds per phase", "eval": "Held-out questions solved"}
 SERIES_DOCS = {plot.series: metric.doc for metric, plot in PLOTTED}
 
 
@@ -96,16 +96,19 @@ NEW_CURVES_PER_REFRESH = 2  # a new curve costs a few ms to make: the first roun
 VALUE_AXIS_WIDTH = 56  # px: room for "-0.25", "1.5k" or "12k" beside the ticks
 NO_ROUNDS_HINT = ("No rounds yet: the curves fill in as rounds complete (<b>Join the swarm</b> starts them; a "
                   "real model's first round takes a few minutes: it loads, then checks where it starts).")
-CURRICULUM_TIP = ("The adaptive curriculum's difficulty rung per specialty (0 = easiest). "
-                  "A specialty moves up when its recent pass rate is high, down when low.")
+CURRICULUM_TIP = ("How hard this node's questions are now, per task (level 1 = its easiest). A task moves up a "
+                  "level when most recent answers to it are right, down when most are wrong.")
+# the held-out plot's two curves: pass@1 (one sampled answer right) and pass@k (any of k right)
+EVAL_ONE, EVAL_ANY = "one answer right", "any of k right"
 
 
 def curriculum_text(model: DashboardModel) -> str:
-    """The Curriculum line: each specialty's rung (0 = its easiest setting), or "off"."""
+    """The Difficulty line: each task's level (1 = its easiest; the curriculum's rung + 1), or fixed."""
     if not model.curriculum_active:
-        return "<b>Curriculum</b>&nbsp; off"
-    rungs = " &nbsp;·&nbsp; ".join(f"{html.escape(name)}: rung {rung}" for name, rung in sorted(model.rungs.items()))
-    return f"<b>Curriculum</b>&nbsp; {rungs}"
+        return "<b>Difficulty</b>&nbsp; fixed (the adaptive curriculum is off)"
+    levels = " &nbsp;·&nbsp; ".join(f"{html.escape(task_name(name))}: level {rung + 1}"
+                                    for name, rung in sorted(model.rungs.items()))
+    return f"<b>Difficulty</b>&nbsp; {levels}"
 
 
 def _card(name: str) -> tuple[QFrame, QLabel]:
@@ -167,7 +170,7 @@ class DashboardView(QWidget):
         self._eval_every: int | None = None
         self._eval_every_s: float | None = None
         self._eval_note = ""  # under the held-out plot's legend until its first point
-        self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
+        self._legend(self.eval_plot, {EVAL_ONE: PLOT_COLORS[0], EVAL_ANY: PLOT_COLORS[1]})
         self._registry_legends()
         self._status_text = NO_ROUNDS_HINT
         self._seen_version = -1
@@ -240,8 +243,8 @@ class DashboardView(QWidget):
         for _, plot in self.model.plotted:
             if plot.series != REWARD:  # the reward's curves are above
                 self._metric_curve(plot)
-        self._groups[GRID["eval"][1]] += [_Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name="pass@1"),
-                                          _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name="pass@k")]
+        self._groups[GRID["eval"][1]] += [_Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name=EVAL_ONE),
+                                          _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name=EVAL_ANY)]
         self._curves = [c for group in self._groups for c in group]
         # The format warm-up's two curves by name: its own panel, apart from the correctness reward.
         self.format_rate, self.format_weight = (self.metric_curves[k] for k in ("format_rate", "format_weight"))
@@ -312,11 +315,11 @@ class DashboardView(QWidget):
         refresh: the first round brings a dozen at once); returns how many were made."""
         new = [(name, ring) for name, ring in rings.items() if name not in curves][:budget]
         for name, ring in new:
-            curves[name] = _Curve(plot, ring, series_color(name, known), name=name)
+            curves[name] = _Curve(plot, ring, series_color(name, known), name=task_name(name))
             self._groups[group].append(curves[name])
             self._curves.append(curves[name])  # its plot's ranges follow it too
         if new:  # one title change for all of them
-            self._legend(plot, {n: c.color for n, c in curves.items()})
+            self._legend(plot, {task_name(n): c.color for n, c in curves.items()})
         return len(new)
 
     def _legend(self, plot: pg.PlotItem, entries: dict[str, str], dashed: dict[str, str] | None = None) -> None:
@@ -341,7 +344,7 @@ class DashboardView(QWidget):
         note = eval_note(self._eval_every, len(self.model.series["pass1"]), self.model.rounds, self._eval_every_s)
         if note != self._eval_note:
             self._eval_note = note
-            self._legend(self.eval_plot, {"pass@1": PLOT_COLORS[0], "pass@k": PLOT_COLORS[1]})
+            self._legend(self.eval_plot, {EVAL_ONE: PLOT_COLORS[0], EVAL_ANY: PLOT_COLORS[1]})
 
     def refresh(self, full: bool = False) -> None:
         """Redraw the next group of plots that changed (all of them with `full`)."""

@@ -79,7 +79,7 @@ class Header(QFrame):
     def _add_stats(self, row: QHBoxLayout) -> None:
         """The engine's numbers, each a value over its name."""
         self.stats: dict[str, QLabel] = {}
-        for key, name in (("peers", "peers"), ("round", "round"), ("policy_version", "policy version"),
+        for key, name in (("peers", "peers"), ("round", "round"), ("policy_version", "model updates"),
                           ("model", "model")):
             box = QVBoxLayout()
             value = QLabel("–")

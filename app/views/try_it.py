@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from shiboken6 import isValid
 
 from app.models.node import NodeModel
+from app.theme import task_name
 from engine.node.ask import MAX_QUESTION_CHARS
 
 Caller = Callable[..., int]  # EngineBridge.call(method, params, callback)
@@ -44,9 +45,6 @@ RECENT_COLUMNS = ("Round", "Task", "Right", "Expected", "Question, then each ans
 INTRO = ("Ask your model a question like the ones it trains on and compare its answer with the model it "
          "started from. Both answers are checked by this machine, the same way training rewards them.")
 
-
-def task_name(specialty: str) -> str:
-    return specialty.replace("_", " ")
 
 
 def verdict_text(verdict: dict[str, Any] | None) -> str:

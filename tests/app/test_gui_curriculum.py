@@ -13,6 +13,7 @@ from pytestqt.qtbot import QtBot
 from app.models import AppModel
 from app.models.dashboard import DashboardModel
 from app.models.history import clean_rungs, parse_history
+from app.theme import task_name
 from app.views.dashboard import DashboardView
 from engine.events import RoundCompleted
 from engine.store import Store
@@ -114,8 +115,8 @@ def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
     assert view.plots.geometry() == plots_before  # the first round resizes no plot (it was the longest stall)
     text = view.status_line.text()
     assert "No rounds yet" not in text and view.status_line.toolTip()
-    assert "basic_arithmetic: rung 2" in text and "base_conversion: rung 1" in text
-    assert text.index("base_conversion") < text.index("basic_arithmetic")  # sorted: a stable order
+    assert "basic arithmetic: level 3" in text and "base conversion: level 2" in text  # rung + 1
+    assert text.index("base conversion") < text.index("basic arithmetic")  # sorted: a stable order
     for curve, ring in ((view.format_rate, model.series["format_rate"]),
                         (view.format_weight, model.series["format_weight"])):
         x, y = curve.item.getData()
@@ -131,7 +132,7 @@ def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
     model.apply_round(_round(3, format_rate=1.0))  # the curriculum went off; no bonus weight this round
     view.refresh(full=True)
     assert view.format_rate.item.getData()[1][-1] == 1.0 and len(view.format_weight.item.getData()[1]) == 2
-    assert "off" in view.status_line.text() and "rung" not in view.status_line.text()
+    assert "off" in view.status_line.text() and "level" not in view.status_line.text()
 
 
 def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qtbot: QtBot) -> None:
@@ -160,7 +161,7 @@ def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qt
     assert "next after round 10" in view.eval_plot.titleLabel.text  # round 5's eval has not arrived yet
     model.apply_eval(EvalCompleted(round=5, pass1=0.2, passk=0.5, k=4, per_specialty={}))
     view.refresh(full=True)
-    assert "after round" not in view.eval_plot.titleLabel.text and "pass@1" in view.eval_plot.titleLabel.text
+    assert "after round" not in view.eval_plot.titleLabel.text and "one answer right" in view.eval_plot.titleLabel.text
 
 
 def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
@@ -218,7 +219,7 @@ def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> Non
         made.append(len(view._specialty_curves) + len(view._phase_curves))
     assert made[0] == NEW_CURVES_PER_REFRESH and made[-1] == len(specialties) + len(phases)
     assert all(b - a <= NEW_CURVES_PER_REFRESH for a, b in itertools.pairwise(made))
-    assert all(name in view.specialty_plot.titleLabel.text for name in specialties)  # every legend entry
+    assert all(task_name(name) in view.specialty_plot.titleLabel.text for name in specialties)  # every legend entry
     for r in range(2, 31):  # the plots of such curves re-range as rounds come, like the others
         model.apply_round(RoundCompleted(round=r, policy_version=r, metrics={"reward_mean": 0.25},
                                          per_specialty_reward=specialties, phase_seconds=phases, num_local=2,
