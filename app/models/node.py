@@ -49,7 +49,13 @@ def work_text(work: WorkProgress) -> str:
         return f"Round {work.round:,}: writing {work.total} answer{'' if work.total == 1 else 's'} ({work.detail})"
     if work.phase == "updating":
         return f"Round {work.round:,}: learning from {work.total} group{'' if work.total == 1 else 's'}"
+    if work.round == 0:  # the baseline: every later "up from" is read against it
+        return f"Checking where your model starts: {work.done} of {work.total} held-out questions"
     return f"Checking held-out questions: {work.done} of {work.total}"  # evaluating
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 class NodeModel:
@@ -75,6 +81,7 @@ class NodeModel:
         self.eval_every_s: float | None = None  # training seconds between them (0 = off; None = not told yet)
         self.round_model = ""  # the model whose round `round` is (rounds are numbered per model)
         self.work: WorkProgress | None = None  # the engine's current phase (model load, round phases)
+        self.work_started = 0.0  # when that phase began (its progress events each carry their own time)
         self.contribution: dict[str, Any] = {}  # what this machine has given (engine.machine.contribution), checked
         self.version = 0
 
@@ -129,6 +136,9 @@ class NodeModel:
             self.version += 1
 
     def apply_work(self, event: WorkProgress) -> None:
+        old = self.work
+        if old is None or (old.phase, old.round) != (event.phase, event.round) or event.done < old.done:
+            self.work_started = event.ts
         self.work = event
         self.version += 1
 
@@ -137,8 +147,11 @@ class NodeModel:
         work = self.work
         if work is None or self.state in ("stopped", "paused"):
             return ""
-        seconds = max(0, int((time.time() if now is None else now) - work.ts))
-        return f"{work_text(work)} · {seconds} s"
+        elapsed = max(0.0, (time.time() if now is None else now) - self.work_started)
+        text = f"{work_text(work)} · {_seconds(elapsed)}"
+        if work.phase == "evaluating" and 0 < work.done < work.total:  # minutes long on a real model
+            text += f", about {_seconds(elapsed / work.done * (work.total - work.done))} left"
+        return text
 
     def apply_round(self, event: RoundCompleted) -> None:
         # rounds are numbered per model: another model's round 1 is news, not an old round

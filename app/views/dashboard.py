@@ -137,6 +137,8 @@ def eval_note(every: int | None, evals: int, rounds: int, every_s: float | None 
     """Under the held-out plot's title until its first point: when one comes, or that none will."""
     if evals or every is None:
         return ""
+    if rounds == 0 and (every or every_s):  # the node checks before its first update (trainer._baseline_eval)
+        return "the first before round 1: where your model starts"
     if every_s:
         return f"the first within {duration(every_s)} of training"
     if every == 0:

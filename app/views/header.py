@@ -130,7 +130,7 @@ class Header(QFrame):
         self.home_button.setVisible(bool(elsewhere))
         self.stats["peers"].setText(str(node.peers))
         self.stats["round"].setText(f"{node.round:,}")
-        self.stats["policy_version"].setText(f"v{node.policy_version:,}")
+        self.stats["policy_version"].setText(f"{node.policy_version:,}")
         model = self.stats["model"]
         model.ensurePolished()  # the stat's style sheet font, not the default one, decides where to elide
         model.setText(model.fontMetrics().elidedText(node.model_name or short_model_name(node.model) or "–",

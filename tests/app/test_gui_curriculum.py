@@ -150,7 +150,10 @@ def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qt
     assert "zero-std" in frame.toolTip().lower()  # the technical term lives in the tooltip
     assert "all right or all wrong" in " ".join(w.text() for w in frame.findChildren(QLabel))
     assert "All right or all wrong" in view.zero_std_plot.titleLabel.text
-    view.set_eval_every(100)
+    view.set_eval_every(100)  # before any round: the baseline check comes first
+    assert "the first before round 1: where your model starts" in view.eval_plot.titleLabel.text
+    model.apply_round(_round(1))  # a node without a baseline (an old store): the schedule's first
+    view.refresh(full=True)
     assert "the first after round 100" in view.eval_plot.titleLabel.text
     view.set_eval_every(0)
     assert "held-out evals are off" in view.eval_plot.titleLabel.text

@@ -94,10 +94,15 @@ def test_the_header_says_what_the_engine_is_doing_and_for_how_long(qtbot: QtBot)
     assert node.activity(now=112.4) == "Loading SmolLM2-135M-Instruct · 12 s"
     node.apply_work(WorkProgress(phase="generating", round=413, total=32, detail="2 questions x 16 answers", ts=200.0))
     assert node.activity(now=203.0) == "Round 413: writing 32 answers (2 questions x 16 answers) · 3 s"
-    node.apply_work(WorkProgress(phase="evaluating", round=413, done=16, total=128, ts=300.0))
-    assert node.activity(now=300.0).startswith("Checking held-out questions: 16 of 128")
+    node.apply_work(WorkProgress(phase="evaluating", round=413, done=0, total=128, ts=300.0))
+    node.apply_work(WorkProgress(phase="evaluating", round=413, done=16, total=128, ts=340.0))
+    # timed from the phase's start, not the last question's; what is left at the pace so far
+    assert node.activity(now=360.0) == "Checking held-out questions: 16 of 128 · 60 s, about 7 min left"
+    node.apply_work(WorkProgress(phase="evaluating", round=0, done=3, total=96, ts=400.0))
+    assert node.activity(now=430.0) == ("Checking where your model starts: 3 of 96 held-out questions · 30 s, "
+                                        "about 16 min left")
     header.show_node(node, busy=False)
-    assert header.state_detail.text().startswith("Checking held-out questions")
+    assert header.state_detail.text().startswith("Checking where your model starts")
     node.apply_state(StateChanged(state="paused", detail="on battery"))
     header.show_node(node, busy=False)
     assert node.activity() == "" and header.state_detail.text() == "on battery"  # why it waits, not old work
