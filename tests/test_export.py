@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from engine.checkpoint import latest_checkpoint, load_weights, save_checkpoint
+from engine.checkpoint import latest_checkpoint, load_weights, read_state, save_checkpoint
 from engine.cli import main as sapo
-from engine.export import ExportError, export_model
+from engine.export import ExportError, export_model, lora_spec_of
 from engine.models import catalog
 from engine.models.backends import convert_cached, load_gguf_policy
 from engine.models.llamacpp import load_cpu_backends
-from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy
+from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy, lora_record
 from engine.node import Node, NodeConfig
 from engine.paths import SEED_MODEL_DIR
 from engine.sapo.config import preset
@@ -83,7 +83,8 @@ def write_checkpoint(model: Any, folder: Path, model_id: str, round_no: int = 7,
     params = [p for p in model.parameters() if p.requires_grad]
     return save_checkpoint(folder, model=model, optimizer=torch.optim.Adam(params), round=round_no,
                            policy_version=round_no - 2, python_rng=random.Random(0),
-                           extra={"model_id": model_id, "config": {"prompt_style": style}})
+                           extra={"model_id": model_id, "config": {"prompt_style": style},
+                                  "lora": lora_record(model)})
 
 
 def test_a_node_trains_then_the_cli_exports_a_gguf_llamacpp_runs(tmp_path: Path, tiny: Path, tiny_gguf: Path,
@@ -130,7 +131,8 @@ def test_a_lora_checkpoint_exports_a_peft_adapter_and_a_merged_gguf(tmp_path: Pa
     data = tmp_path / "node"
     with_cached_conversion(data, tiny_gguf)
     ContributorSettings(model=str(tiny)).save(data)  # the node trains the tiny model
-    trained, tok = load_policy(tiny, lora=LoraSpec(r=4, target_modules=DEFAULT_LORA_TARGETS))
+    # alpha 8, not the default 32: the adapter's scale must come from the checkpoint, not be assumed
+    trained, tok = load_policy(tiny, lora=LoraSpec(r=4, alpha=8, target_modules=DEFAULT_LORA_TARGETS))
     perturb(trained, "lora_", 0.2)  # as if trained: B is zero at init
     write_checkpoint(trained, data / "checkpoints", tiny.name)
     with Store(data / "node.db") as store:
@@ -159,6 +161,17 @@ def test_a_lora_checkpoint_exports_a_peft_adapter_and_a_merged_gguf(tmp_path: Pa
     readme = (out / "README.md").read_text()
     assert "25.0%" in readme and "up from 6.2% at round 0" in readme and "LoRA adapter (rank 4" in readme
     assert "PeftModel.from_pretrained" in readme and "ollama create" in readme and "## License" in readme
+
+
+def test_a_trainers_checkpoint_records_its_adapter(tmp_path: Path, tiny: Path) -> None:
+    from test_ask import tiny_trainer
+
+    trainer = tiny_trainer(*load_policy(tiny, lora=LoraSpec(r=4, alpha=8)), tmp_path)
+    ckpt = trainer.save_checkpoint()
+    spec = lora_spec_of(ckpt, read_state(ckpt))
+    assert spec is not None and (spec.r, spec.alpha) == (4, 8)
+    full = tiny_trainer(*load_policy(tiny), tmp_path / "full")
+    assert read_state(full.save_checkpoint())["extra"]["lora"] is None
 
 
 @pytest.mark.skipif(not (SEED_MODEL_DIR / "config.json").is_file(), reason="the seed model is not built")

@@ -40,6 +40,15 @@ class LoraSpec:
             raise ValueError("LoRA target_modules must be a non-empty tuple of module names")
 
 
+def lora_record(model: Any) -> dict[str, Any] | None:
+    """The LoRA adapter a (peft) model trains, as a checkpoint records it: rank, alpha, target modules.
+    Alpha is in no tensor, so an export reads it from here (None: the model trains its full weights)."""
+    config = getattr(model, "peft_config", {}).get("default")
+    if config is None:
+        return None
+    return {"r": int(config.r), "alpha": int(config.lora_alpha), "target_modules": sorted(config.target_modules)}
+
+
 def _torch_dtype(dtype: Any) -> Any:
     import torch
 

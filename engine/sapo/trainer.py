@@ -22,6 +22,7 @@ from engine.evaluation import EvalReport, evaluate
 from engine.events import EvalCompleted, Event, RoundCompleted, WorkProgress
 from engine.models.backends import Generator, HFGenerator
 from engine.models.generate import SampleConfig, eos_token_ids
+from engine.models.policy import lora_record
 from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
 from engine.sapo.eval_schedule import eval_due, eval_due_in
@@ -316,7 +317,8 @@ class Trainer:
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
-                 "sources": self.sources.state_dict(), "eval_clock": self.eval_clock}
+                 "sources": self.sources.state_dict(), "eval_clock": self.eval_clock,
+                 "lora": lora_record(self.model)}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
                                keep=self.cfg.keep_checkpoints)
