@@ -161,8 +161,9 @@ class Totals:
     eval_seconds: dict[int, float] = field(default_factory=dict)  # training seconds up to each eval's round
 
 
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def whole_count(value: Any) -> int | None:
+    """`value` when it is a count (an int >= 0, not a bool) from another process; else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def parse_totals(history: Any) -> Totals | None:
@@ -172,13 +173,14 @@ def parse_totals(history: Any) -> Totals | None:
         return None
     model, last = raw.get("model"), raw.get("last_round")
     last = 0 if last is None else last
-    if not (isinstance(model, str) and len(model) <= MAX_SPECIALTY and _count(raw.get("rounds")) and _count(last)
+    if not (isinstance(model, str) and len(model) <= MAX_SPECIALTY and whole_count(raw.get("rounds")) is not None
+            and whole_count(last) is not None
             and finite_number(raw.get("reward_sum")) and finite_number(raw.get("seconds")) and raw["seconds"] >= 0):
         return None
     seconds: dict[int, float] = {}
     evals = history.get("evals")
     for row in evals if isinstance(evals, list) else []:
-        if isinstance(row, dict) and _count(row.get("round")) and finite_number(row.get("train_seconds")) \
+        if isinstance(row, dict) and whole_count(row.get("round")) is not None and finite_number(row.get("train_seconds")) \
                 and row.get("model", model) == model:
             seconds[row["round"]] = float(row["train_seconds"])
     return Totals(model, raw["rounds"], float(raw["reward_sum"]), float(raw["seconds"]), last, seconds)

@@ -9,15 +9,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from app.models.feed import reason_words
+from app.models.history import whole_count
 from engine.events import PeerUpdated, RolloutSeen
 from engine.swarm.peers import FORGET_AFTER_S
 
 MAX_REASONS = 32  # reasons kept per counter dict; the rest (from a confused engine) is dropped
 MAX_REASON_LEN = 64
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 MAX_REPUTATION_ROWS = 64
@@ -29,7 +26,7 @@ def _reputation(value: Any) -> dict[str, tuple[float, int]]:
     for row in value[:MAX_REPUTATION_ROWS] if isinstance(value, list) else []:
         if not isinstance(row, dict):
             continue
-        peer, score, groups = row.get("peer"), row.get("score"), _count(row.get("groups"))
+        peer, score, groups = row.get("peer"), row.get("score"), whole_count(row.get("groups"))
         if isinstance(peer, str) and 0 < len(peer) <= 128 and isinstance(score, (int, float)) \
                 and not isinstance(score, bool) and 0.0 <= score <= 1.0 and groups is not None:
             out[peer] = (float(score), groups)
@@ -42,7 +39,7 @@ def _reasons(value: Any) -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for key, count in value.items():
-        n = _count(count)
+        n = whole_count(count)
         if isinstance(key, str) and key and len(key) <= MAX_REASON_LEN and n is not None:
             out[key] = n
             if len(out) >= MAX_REASONS:
@@ -69,9 +66,9 @@ def parse_board(value: Any) -> BoardStatus | None:
     url = urls[0] if isinstance(urls, list) and urls and isinstance(urls[0], str) else ""
     expires = value.get("credential_expires_at")
     ok_expiry = isinstance(expires, (int, float)) and not isinstance(expires, bool) and 0 < expires < 1e11
-    return BoardStatus(connected=value.get("connected") is True, url=url[:200], nodes=_count(value.get("nodes_on_board")) or 0,
+    return BoardStatus(connected=value.get("connected") is True, url=url[:200], nodes=whole_count(value.get("nodes_on_board")) or 0,
                        credential_expires_at=float(expires) if ok_expiry else None,
-                       frames_used=_count(value.get("frames_used")) or 0,
+                       frames_used=whole_count(value.get("frames_used")) or 0,
                        put_error=put_error[:300] if isinstance(put_error := value.get("put_error"), str) else "")
 
 
@@ -109,16 +106,16 @@ class Credit:
 def parse_credit(value: Any) -> Credit | None:
     if not isinstance(value, dict):
         return None
-    counts = [_count(value.get(k)) for k in ("shared", "used", "uses", "peers")]
+    counts = [whole_count(value.get(k)) for k in ("shared", "used", "uses", "peers")]
     if any(c is None for c in counts):
         return None
     hourly = []
     for item in value.get("hourly", [])[-MAX_CREDIT_HOURS:] if isinstance(value.get("hourly"), list) else []:
-        if isinstance(item, list) and len(item) == 2 and _count(item[1]) is not None \
+        if isinstance(item, list) and len(item) == 2 and whole_count(item[1]) is not None \
                 and isinstance(item[0], (int, float)) and not isinstance(item[0], bool) and 0 <= item[0] < 1e11:
             hourly.append((float(item[0]), int(item[1])))
     shared, used, uses, peers = (int(c or 0) for c in counts)
-    gradient = _count(value.get("gradient_uses")) or 0  # absent from engines before it
+    gradient = whole_count(value.get("gradient_uses")) or 0  # absent from engines before it
     return Credit(shared, used, uses, peers, tuple(hourly), min(int(gradient), uses))
 
 
@@ -163,7 +160,7 @@ def parse_swarm(value: Any) -> SwarmRefusals | None:
     if not isinstance(value, dict) or not value:
         return None
     ints = {key: n for key in ("frames_accepted", "groups_received", "groups_pooled", "groups_used",
-                               "links", "known_peers") if (n := _count(value.get(key))) is not None}
+                               "links", "known_peers") if (n := whole_count(value.get(key))) is not None}
     return SwarmRefusals(frames_refused=_reasons(value.get("frames_refused")),
                          groups_dropped=_reasons(value.get("groups_dropped")), board=parse_board(value.get("board")),
                          reputation=_reputation(value.get("reputation")), credit=parse_credit(value.get("receipts")),
@@ -296,7 +293,7 @@ class PeersModel:
         """An engine (re)connected and reports `peers_now` peers reachable. With none, no row is connected
         any more: links the app saw open belonged to an engine that died or left, and nothing else would
         ever say they closed (they stayed "connected", and listed, for ever)."""
-        if _count(peers_now) != 0:
+        if whole_count(peers_now) != 0:
             return  # some are: the rows that are stay as they were; new links come as events
         ts = self._clock() if ts is None else ts
         for row in self.rows.values():
