@@ -23,7 +23,8 @@ def _round(store: Store, n: int, model: str, reward: float = 0.5, seconds: float
 
 def test_each_model_counts_its_own_rounds_and_the_newest_model_is_current(tmp_path: Path) -> None:
     with Store(tmp_path / "node.db") as store:
-        assert store.current_model() is None and store.model_history(10) == {"rounds": [], "evals": [], "totals": None}
+        assert store.current_model() is None
+        assert store.model_history(10) == {"rounds": [], "evals": [], "totals": None, "model": None}
         for n in range(1, 4):
             _round(store, n, "seed", reward=0.1 * n, ts=float(n))
         store.record_eval(0, 0, REPORT, model="smol", ts=4.0)  # the switched-to model's baseline, before its round 1
@@ -40,6 +41,9 @@ def test_each_model_counts_its_own_rounds_and_the_newest_model_is_current(tmp_pa
         assert [r["round"] for r in history["rounds"]] == [2] and [e["round"] for e in history["evals"]] == [0]
         assert history["totals"] == {"model": "smol", "rounds": 2, "reward_sum": 1.25, "seconds": 20.0,
                                      "last_round": 2}
+        asked = store.model_history(limit=10, model="seed")  # the node's selected model, not the newest
+        assert asked["model"] == "seed" and [r["round"] for r in asked["rounds"]] == [1, 2, 3] and not asked["evals"]
+        assert store.model_history(limit=10, model="new")["rounds"] == []  # switched to, never trained here
         _round(store, 4, "seed", ts=8.0)  # back to the seed: it is current again
         assert store.current_model() == "seed" and store.round_totals("seed")["rounds"] == 4
         assert store.discard_rounds_after(1, "smol") == [2] and store.last_round(model="seed") == 4

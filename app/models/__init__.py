@@ -58,6 +58,8 @@ class AppModel:
             self.log.add(event.level, event.message, event.ts)
         elif isinstance(event, ModelProgress):
             self.progress = event
+            if event.phase == "ready":  # switched: the charts show that model's own record, asked for now
+                self.dashboard.wants_history = event.model_id
         elif isinstance(event, WorkProgress):
             self.node.apply_work(event)
 
@@ -71,8 +73,9 @@ class AppModel:
         parsed, bad = parse_history(history)
         self.bad_history_rows += bad
         rounds = [e for e in parsed["rounds"] if isinstance(e, RoundCompleted)]
+        whose = history.get("model") if isinstance(history, dict) else None
         self.dashboard.load(rounds, [e for e in parsed["evals"] if isinstance(e, EvalCompleted)],
-                            parse_totals(history))
+                            parse_totals(history), whose if isinstance(whose, str) and len(whose) <= 200 else "")
         for event in rounds:
             self.node.apply_round(event)
         for peer in parsed["peers"]:

@@ -177,14 +177,16 @@ class DashboardModel:
         return True
 
     def load(self, rounds: Iterable[RoundCompleted], evals: Iterable[EvalCompleted] = (),
-             totals: Totals | None = None) -> int:
-        """History from the store, oldest first; returns how many rounds were new. With `totals` (the
-        model's every round, not only those sent), the rounds count, cumulative reward and training
-        seconds are the store's; rounds of another model than the totals' are not this history's."""
+             totals: Totals | None = None, model: str = "") -> int:
+        """History from the store, oldest first; returns how many rounds were new. `model`: whose record
+        it is (the node's selected model; engines before it said so only through `totals` or the rounds).
+        With `totals` (the model's every round, not only those sent), the rounds count, cumulative reward
+        and training seconds are the store's; rounds of another model than the history's are not its."""
         rounds = sorted(rounds, key=lambda r: r.round)
-        model = totals.model if totals is not None else next((r.model for r in reversed(rounds) if r.model), "")
-        self._follow(model)
-        if self.wants_history == model:
+        model = model or (totals.model if totals is not None
+                          else next((r.model for r in reversed(rounds) if r.model), ""))
+        self._follow(model)  # a model switched to, with no record yet, starts the charts over too
+        if self.wants_history is not None:  # asked for (a switch, a model of its own): this is the answer
             self.wants_history = None
         rounds = [r for r in rounds if not model or r.model in ("", model)]
         evals = [e for e in evals if not model or e.model in ("", model)]

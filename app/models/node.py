@@ -120,11 +120,17 @@ class NodeModel:
         crash = parse_crash(status.get("last_crash"))
         if crash != self.last_crash:
             self.last_crash, changed = crash, True
+        switched = isinstance(status.get("model"), str) and self.model not in ("", status["model"])
         for key in IDENTITY_KEYS:
             value = status.get(key)
             if isinstance(value, str) and value != getattr(self, key):
                 setattr(self, key, value)
                 changed = True
+        if switched:  # rounds are numbered per model: the switched-to model's count, before it trains
+            for key in ("round", "policy_version"):
+                value = status.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    setattr(self, key, value)
         if changed:
             self.version += 1
 

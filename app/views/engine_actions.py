@@ -61,8 +61,8 @@ class EngineActions:
         s.bridge.call("status", None, reply)
 
     def reload_history(self, session: EngineSession) -> None:
-        """The dashboard switched to a model whose stored record it lacks (a model trained before and
-        switched back to): ask for it; the rounds, evals and totals arrive with the reply."""
+        """The dashboard needs a model's stored record (the node switched models, or rounds of another
+        model arrived): ask for it; the rounds, evals, totals and whose they are arrive with the reply."""
         dashboard = session.model.dashboard
         if not dashboard.wants_history or not session.model.node.connected:
             return
@@ -71,7 +71,7 @@ class EngineActions:
         def reply(result: Any, _error: str | None) -> None:
             if isinstance(result, dict):
                 session.model.load_history({k: result.get(k, []) for k in ("rounds", "evals")}
-                                           | {"totals": result.get("totals")})
+                                           | {"totals": result.get("totals"), "model": result.get("model")})
         session.bridge.call("history", {"limit": HISTORY_LIMIT}, reply)
 
     # --- actions (all non-blocking; on the engine shown unless told which) ----------------------------

@@ -72,6 +72,17 @@ def release_model(trainer: Any, publish: Callable[[Any], None] | None = None) ->
                           "it loads again when training resumes"))
 
 
+def stored_model_id(model: str) -> str:
+    """The id `model`'s rounds and evals are stored under (`resolve_model`'s first value), found without
+    loading or downloading it: a local directory's name, else the id itself (the catalog id behind an
+    alias; "seed")."""
+    from engine.models.backends import resolve_model_id
+
+    model = resolve_model_id(model)
+    path = Path(model).expanduser()
+    return path.name if model != "seed" and path.is_dir() else model
+
+
 def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
     """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
     models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm

@@ -31,7 +31,14 @@ from engine.machine.memory import HeapTrimmer
 from engine.models.backends import load_for_node
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
-from engine.models.resolve import pace_threads, pick_device, release_model, resolve_model, set_train_threads
+from engine.models.resolve import (
+    pace_threads,
+    pick_device,
+    release_model,
+    resolve_model,
+    set_train_threads,
+    stored_model_id,
+)
 from engine.node.ask import AskDesk
 from engine.node.config import NodeConfig
 from engine.node.swarm import NodeSwarm
@@ -175,9 +182,12 @@ class Node:
         return new.to_dict()
 
     def history(self, limit: int = 2000) -> dict[str, Any]:
-        """The store's record, oldest first, for the GUI to rebuild its dashboards: the current model's
-        newest rounds, its evals and its totals over all its rounds; rollouts, peers, refusals."""
-        return {**self.store.model_history(limit),
+        """The store's record, oldest first, for the GUI to rebuild its dashboards: the selected model's
+        newest rounds, its evals and its totals over all its rounds (a model switched back to shows its
+        own, not the last one trained); rollouts, peers, refusals."""
+        with self._lock:
+            model = stored_model_id(self._model)
+        return {**self.store.model_history(limit, model),
                 "rollouts": list(reversed(self.store.rollouts(limit=limit))), "peers": self.store.peers(),
                 "frame_refusals": self.store.refusal_totals()}
 
@@ -210,8 +220,11 @@ class Node:
             label = await asyncio.to_thread(prepare_model, model_id, self.bus.publish, resolve_model)
         finally:
             self._switching = None
+        newest = self.store.rounds(limit=1, model=stored_model_id(model_id))  # rounds are numbered per model
         with self._lock:
             self._model, self._model_label = model_id, label
+            self._round, self._policy_version = ((newest[-1]["round"], newest[-1]["policy_version"]) if newest
+                                                 else (0, 0))
             self.settings = dataclasses.replace(self.settings, model=model_id)  # the next start trains it too
             self.settings.save(self.config.data_dir)
         self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,

@@ -245,14 +245,14 @@ class Store:
         newest += self._read("SELECT model, ts FROM evals WHERE kind = 'heldout' ORDER BY id DESC LIMIT 1")
         return str(max(newest, key=lambda r: float(r["ts"]))["model"]) if newest else None
 
-    def model_history(self, limit: int) -> dict[str, Any]:
-        """What a dashboard shows: the current model's newest `limit` rounds, its evals, and its totals
-        over every round (not only the `limit` sent)."""
-        model = self.current_model()
+    def model_history(self, limit: int, model: str | None = None) -> dict[str, Any]:
+        """What a dashboard shows: `model`'s (default: the current model's) newest `limit` rounds, its
+        evals, and its totals over every round (not only the `limit` sent); "model" says whose."""
+        model = model or self.current_model()
         if model is None:
-            return {"rounds": [], "evals": [], "totals": None}
+            return {"rounds": [], "evals": [], "totals": None, "model": None}
         return {"rounds": self.rounds(limit=limit, model=model), "evals": self.evals(model=model),
-                "totals": self.round_totals(model)}
+                "totals": self.round_totals(model), "model": model}
 
     def export_rounds_csv(self, out: TextIO) -> int:
         """Write all rounds as CSV, in the order they were written (per-specialty rewards as

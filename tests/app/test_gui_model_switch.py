@@ -79,6 +79,10 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     assert view.progress_label.text() == "Switched to tiny-b: the next round trains it."
     assert view.switch_button.isEnabled() and not view.progress.isVisible()
     assert view.progress_label.property("role") == "hint"
+    # before B trains: its own (empty) record and round 0, not A's rounds under B's name
+    qtbot.waitUntil(lambda: window.model.dashboard.model == "tiny-b", timeout=WAIT_MS)
+    assert window.model.dashboard.rounds == 0 and len(window.model.dashboard.series["reward"]) == 0
+    qtbot.waitUntil(lambda: window.stats["round"].text() == "0", timeout=WAIT_MS)
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
     # rounds are numbered per model: B counts from its own round 1, and the dashboard shows B's rounds
     qtbot.waitUntil(lambda: window.model.dashboard.model == "tiny-b" and window.model.dashboard.rounds >= 2,

@@ -81,27 +81,28 @@ def test_a_model_that_trained_before_its_baseline_existed_gets_a_first_check_in_
 def test_a_restart_loads_totals_from_the_store_not_the_window_of_rounds(tmp_path: Path, tiny_model: Path) -> None:
     """3,647 rounds in the store, 2,000 sent: the rounds card and the cumulative reward count all of them."""
     rewards = np.random.default_rng(0).random(3647) * 0.3
+    model = tiny_model.name  # the node's model, as the store keys it
     with Store(tmp_path / "node.db") as store:
         for n in range(1, 101):  # another model trained before: its rounds are not this model's
             store.record_round(n, n, {"reward_mean": 0.9}, {}, {"total": 1.0}, 2, 0, model="seed")
-        store.record_eval(0, 0, {"k": 4, "overall": {"pass1": 0.06, "passk": 0.1}}, model=SMOL)
+        store.record_eval(0, 0, {"k": 4, "overall": {"pass1": 0.06, "passk": 0.1}}, model=model)
         for n, reward in enumerate(rewards, start=1):
             store.record_round(n, n, {"reward_mean": float(reward)}, {"basic_arithmetic": float(reward)},
-                               {"total": 2.0}, 2, 0, model=SMOL)
-        store.record_eval(3647, 3647, {"k": 4, "overall": {"pass1": 0.29, "passk": 0.5}}, model=SMOL)
+                               {"total": 2.0}, 2, 0, model=model)
+        store.record_eval(3647, 3647, {"k": 4, "overall": {"pass1": 0.29, "passk": 0.5}}, model=model)
     sapo = preset("cpu-small").replace(num_local=2, completions=4, eval_every=0)
     node = Node(NodeConfig(data_dir=tmp_path, model=str(tiny_model), sapo=sapo, solo=True))
     history = node.history()  # what the control API's `history` replies
     node.store.close()
-    assert len(history["rounds"]) == 2000 and {r["model"] for r in history["rounds"]} == {SMOL}
+    assert len(history["rounds"]) == 2000 and {r["model"] for r in history["rounds"]} == {model}
     app = AppModel()
     app.load_history(history)
     dash = app.dashboard
-    assert dash.model == SMOL and dash.rounds == 3647 and app.node.round == 3647
+    assert dash.model == model and dash.rounds == 3647 and app.node.round == 3647
     assert dash.latest("cumulative") == pytest.approx(float(rewards.sum()))
     assert dash.series["reward"].x[0] == 1648  # the window: its own round numbers, from the model's round 1
     assert headline(dash).text.endswith("up from 6% when you started · 2.0 h of training")  # 3,647 x 2 s
-    dash.apply_round(_round(3648, reward=0.5))  # training goes on from the totals
+    dash.apply_round(_round(3648, model=model, reward=0.5))  # training goes on from the totals
     assert dash.rounds == 3648 and dash.latest("cumulative") == pytest.approx(float(rewards.sum()) + 0.5)
 
 
@@ -129,6 +130,27 @@ def test_a_switched_model_starts_its_own_charts_and_asks_for_its_record(qtbot: Q
     app.load_history({"rounds": [], "evals": [], "totals": {"model": SMOL, "rounds": 2, "reward_sum": 0.5,
                                                              "seconds": 60.0, "last_round": 2}})
     assert dash.wants_history is None and dash.rounds == 2
+
+
+def test_a_switch_shows_the_selected_models_own_record_before_it_trains() -> None:
+    """Switched while stopped: no round of the new model arrives until Join, so the switch itself asks
+    for the record, and the reply (the node's selected model's) starts the charts over: empty for a
+    model new here, the old record for a model switched back to."""
+    from engine.control.api import ModelProgress
+
+    app = AppModel()
+    for n in range(1, 4):
+        app.apply(_round(n, reward=0.5))
+    dash = app.dashboard
+    app.apply(ModelProgress(model_id="seed", phase="ready", done=1, total=1, message="seed: the next round trains it"))
+    assert dash.wants_history == "seed" and dash.model == SMOL  # asked; nothing shown changes until the reply
+    app.load_history({"rounds": [], "evals": [], "totals": None, "model": "seed"})
+    assert dash.model == "seed" and dash.rounds == 0 and len(dash.series["reward"]) == 0 and dash.wants_history is None
+    app.apply(ModelProgress(model_id=SMOL, phase="ready", done=1, total=1, message="back"))
+    app.load_history({"rounds": [_round(n, reward=0.5).to_dict() for n in range(1, 4)], "evals": [], "model": SMOL,
+                      "totals": {"model": SMOL, "rounds": 3, "reward_sum": 1.5, "seconds": 90.0, "last_round": 3}})
+    assert dash.model == SMOL and dash.rounds == 3 and list(dash.series["reward"].x) == [1.0, 2.0, 3.0]
+    assert dash.latest("cumulative") == pytest.approx(1.5)
 
 
 def test_specialty_colours_do_not_depend_on_the_order_they_arrive_in(qtbot: QtBot) -> None:

@@ -136,9 +136,11 @@ def test_switch_while_paused_takes_effect_on_resume_and_back(tmp_path: Path, mod
     async def switch_paused(model: Path, label: str) -> None:
         await node.pause()
         await wait_for(node, lambda: node.status()["state"] == "paused")
-        held = node.status()["round"]
         await node.select_model(str(model))
         assert node.status()["model"] == label
+        # the switched-to model's own record at once, before it trains: rounds are numbered per model
+        held, own = node.status()["round"], node.history()
+        assert own["model"] == label and [r["round"] for r in own["rounds"]] == list(range(1, held + 1))
         await asyncio.sleep(0.3)
         assert node.status()["round"] == held  # still paused: nothing trains until resume
         await node.resume()
@@ -147,8 +149,8 @@ def test_switch_while_paused_takes_effect_on_resume_and_back(tmp_path: Path, mod
     async def main() -> None:
         await node.join()
         await wait_for(node, lambda: node.status()["round"] >= 2)
-        await switch_paused(model_b, "tiny-b")
-        await switch_paused(model_a, "tiny-a")  # back: A resumes from its own checkpoint
+        await switch_paused(model_b, "tiny-b")  # new: round 0, no record
+        await switch_paused(model_a, "tiny-a")  # back: A's record and round count; it resumes from its checkpoint
         await node.leave()
 
     asyncio.run(main())
