@@ -14,28 +14,31 @@ What a newcomer does, in order, each step timed and captured (bench/screenshots/
   4. a peer: a second engine on this machine training the seed model (`sapo run --headless --model
      seed`, its own data dir), linked over 127.0.0.1; the Peers and Shared rollouts tabs;
   5. Try it: a question asked and its answer;
-  6. a restart: Leave, close the window (no tray under Xvfb: the engine stops), start again on the same
-     data dir and check that the round count, the model and the totals came back.
+  6. Leave, then a model switch on the Machine tab (the seed model's row selected, the switch button
+     clicked): the header's model stat, the seed's own round 1 after a Join, Leave, and the switch back,
+     where the first model's round count and totals should come back (rounds are per model);
+  7. a restart: the window closed (no tray under Xvfb: the engine stops) and this app process ends; a
+     new app process starts again on the same data dir and checks that the round count, the model and
+     the totals came back.
 
 Both engines stay on 127.0.0.1: no mDNS (`--no-mdns`), a private swarm name, a listener on 127.0.0.1,
-no bootstrap. The Qt half runs in a child process (`python -m lab.bench.walkthrough`): Qt's platform is
-fixed per process, and the child gets the Xvfb display. Writes bench/walkthrough.{json,md}.
+no bootstrap. The Qt half runs in child processes (`python -m lab.bench.walkthrough_steps`, the Qt
+driver in lab/bench/walkthrough_window.py): Qt's platform is fixed per process, the children get the
+Xvfb display, and this parent stays Qt-free. The first child does steps 1-7 up to the window closed and
+hands the second (the restart, a new QApplication) what it must find (HANDOFF); this parent merges
+both children's steps and notes. Writes bench/walkthrough.{json,md}.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +52,17 @@ LONG = True  # ~10-20 minutes on 2 busy cores: a real model loads and trains a f
 STEM = "walkthrough"
 JOIN_GOAL_S = 2.0  # Join -> the header shows what the engine is doing
 SCREEN = (1280, 820)  # the window's own default size, as the committed main-window screenshots
-PIDS_FILE = "engine_pids.txt"  # the child names every engine it starts here; the parent kills leftovers
+PIDS_FILE = "engine_pids.txt"  # the children name every engine they start here; the parent kills leftovers
+HANDOFF = "handoff.json"  # the first app process -> the restart: data dir, engine args, the values to find
+CHILD = "lab.bench.walkthrough_steps"
+PHASES = ("first", "restart")  # one app process each, in order, under the same Xvfb
+RESTART_MIN_S = 300.0  # the restart's own budget when the first app process used up the whole one
 
 
-# --- the parent: Xvfb, the child, the results ----------------------------------------------------------
+# --- the parent: Xvfb, the two app processes, the results ----------------------------------------------
 
 def _kill_leftovers(work: Path) -> list[int]:
-    """Every engine the child started and left running (it crashed, or timed out): its whole process
+    """Every engine an app process started and left running (it crashed, or timed out): its whole process
     group (the supervisor and its engine child), SIGTERM then SIGKILL."""
     try:
         pids = [int(line) for line in (work / PIDS_FILE).read_text().split() if line.strip().isdigit()]
@@ -86,42 +93,102 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
+def _app_process(phase: str, work: Path, shots: Path, rounds: int, budget_s: float, t0: float,
+                 env: dict[str, str]) -> tuple[dict[str, Any] | None, int | None]:
+    """One app process of the walk-through (a new Python, a new QApplication) -> (its WORK/<phase>.json,
+    its exit status; None when it ran past its budget and was killed)."""
+    launched = time.monotonic()  # the same clock in the child: its `at_s` and the restart's seconds count from here
+    cmd = [sys.executable, "-m", CHILD, phase, str(work), str(shots), str(rounds), str(budget_s), repr(t0),
+           repr(launched)]
+    try:
+        rc: int | None = subprocess.run(cmd, cwd=REPO_ROOT, env=env, timeout=t0 + budget_s - launched + 600,
+                                        check=False).returncode
+    except subprocess.TimeoutExpired:
+        rc = None
+    try:
+        return json.loads((work / f"{phase}.json").read_text()), rc
+    except (OSError, json.JSONDecodeError):
+        return None, rc
+
+
+def _both(work: Path, shots: Path, rounds: int, timeout_s: float) -> dict[str, Any]:
+    """The first app process, then (on what it handed over) the restart in a new one, under one Xvfb."""
+    t0 = time.monotonic()
+    xvfb, display = start_xvfb(*SCREEN)
+    env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
+    ran: dict[str, tuple[dict[str, Any] | None, int | None]] = {}
+    notes: list[str] = []
+    try:
+        for phase in PHASES:
+            if phase == "restart" and not (work / HANDOFF).is_file():
+                notes.append("the restart did not run: the first app process handed over nothing")
+                break
+            budget = timeout_s if phase == "first" else max(timeout_s, time.monotonic() - t0 + RESTART_MIN_S)
+            ran[phase] = _app_process(phase, work, shots, rounds, budget, t0, env)
+            left = _kill_leftovers(work)  # the restart must start its own engine on the data dir
+            (work / PIDS_FILE).unlink(missing_ok=True)
+            if left:
+                notes.append(f"engines still running after the {phase} app process were killed: pids {left}")
+    finally:
+        xvfb.terminate()
+        try:
+            xvfb.wait(10)
+        except subprocess.TimeoutExpired:
+            xvfb.kill()
+            xvfb.wait(5)
+    first, first_rc = ran.get("first", (None, None))
+    if first is None:
+        raise RuntimeError(f"the walk-through's first app process (exit {first_rc}) wrote no result; "
+                           f"its files: {work}")
+    result = _merge(ran, notes)
+    result["total_s"] = round(time.monotonic() - t0, 1)
+    return result
+
+
+def _merge(ran: dict[str, tuple[dict[str, Any] | None, int | None]], notes: list[str]) -> dict[str, Any]:
+    """Both app processes' steps and notes, in order, in the one result (the keys of a one-process walk)."""
+    result: dict[str, Any] = {"join_goal_s": JOIN_GOAL_S, "model": "", "join_to_first_progress_s": None}
+    steps: list[dict[str, Any]] = []
+    merged_notes: list[str] = []
+    failed = len(ran) < len(PHASES)
+    processes = []
+    for phase, (child, rc) in ran.items():
+        processes.append({"phase": phase, "exit": rc, "pid": (child or {}).get("pid"),
+                          "qt_ready_s": (child or {}).get("qt_ready_s")})
+        if child is None:
+            merged_notes.append(f"the {phase} app process (exit {rc}) wrote no result")
+            failed = True
+            continue
+        result.setdefault("load_average_start", child.get("load_average_start"))
+        result.update(child.get("out") or {})
+        steps += child.get("steps", [])
+        merged_notes += child.get("notes", [])
+        failed = failed or rc != 0 or bool(child.get("failed"))
+    result.update(steps=steps, notes=merged_notes + notes, failed=failed, app_processes=processes)
+    return result
+
+
 def run(out_dir: Path = BENCH_DIR, rounds: int = 2, timeout_s: float = 1500.0, keep: bool = False) -> dict[str, Any]:
-    """`rounds`: SmolLM2 rounds trained before the restart (a few; each takes 30-90 s on a busy CPU);
+    """`rounds`: SmolLM2 rounds trained before Leave and the switch (a few; each takes 30-90 s on a busy CPU);
     `timeout_s`: the whole walk-through's budget (a step that runs out of it is noted, the rest still
-    runs and the engines are stopped); `keep`: keep the temporary data dirs (kept anyway on a failure)."""
+    runs and the engines are stopped; the restart gets RESTART_MIN_S at least); `keep`: keep the
+    temporary data dirs (kept anyway on a failure)."""
     out_dir = Path(out_dir)
     shots = out_dir / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sapo-walk-"))
-    xvfb: subprocess.Popen[bytes] | None = None
     failed = True
     try:
-        xvfb, display = start_xvfb(*SCREEN)
-        env = {**os.environ, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
-        child = subprocess.run([sys.executable, "-m", "lab.bench.walkthrough", str(work), str(shots), str(rounds),
-                                str(timeout_s)], cwd=REPO_ROOT, env=env, timeout=timeout_s + 600, check=False)
-        try:
-            result: dict[str, Any] = json.loads((work / "result.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RuntimeError(f"the walk-through (exit {child.returncode}) wrote no result; "
-                               f"its files: {work}") from exc
-        failed = child.returncode != 0 or bool(result.get("failed"))
+        result = _both(work, shots, rounds, timeout_s)
+        failed = bool(result["failed"])
     finally:
         left = _kill_leftovers(work)
-        if xvfb is not None:
-            xvfb.terminate()
-            try:
-                xvfb.wait(10)
-            except subprocess.TimeoutExpired:
-                xvfb.kill()
-                xvfb.wait(5)
         if keep or failed:
             print(f"walkthrough: data dirs and engine logs kept in {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
     if left:
-        result.setdefault("notes", []).append(f"engines still running at the end were killed: pids {left}")
+        result["notes"].append(f"engines still running at the end were killed: pids {left}")
     for step in result["steps"]:
         if step.get("screenshot"):
             step["screenshot"] = _relative(Path(step["screenshot"]))
@@ -145,7 +212,10 @@ def table(result: dict[str, Any]) -> str:
     if result.get("first_round_phases_s"):
         lines += [("How long the header showed each phase of the first round: " + ", ".join(
             f"{k} {v:g} s" for k, v in result["first_round_phases_s"].items()) + "."), ""]
-    lines += ["Seconds: each step's own wait; for the first round's phases (loading to round_done), since Join.",
+    lines += [("Seconds: each step's own wait; for the first round's phases (loading to round_done) and the "
+               "seed's first round (switched_round), since Join; for a switch, from the click on the switch "
+               "button until the header's model stat names the model; for the restart, since the new app "
+               "process was launched. At: seconds since the walk-through started (both app processes)."),
               "",
               "| step | seconds | at (s) | header / what it shows | screenshot |",
               "|---|---|---|---|---|"]
@@ -155,360 +225,52 @@ def table(result: dict[str, Any]) -> str:
         shot = f"[{Path(s['screenshot']).name}]({Path(s['screenshot']).relative_to('bench')})" \
             if str(s.get("screenshot", "")).startswith("bench/") else str(s.get("screenshot") or "")
         lines.append(f"| {s['name']} | {seconds} | {s.get('at_s', 0):.0f} | {shows} | {shot} |")
-    restart = result.get("restart") or {}
-    if restart:
-        came_back = "came back" if restart.get("same") else "DID NOT come back"
-        lines += ["", (f"After the restart the round count, model and totals {came_back}: before "
-                       f"{restart.get('before')}, after {restart.get('after')}.")]
+    lines += _switch_lines(result.get("switch") or {}) + _restart_lines(result.get("restart") or {})
     if result.get("notes"):
         lines += ["", "Notes:", *[f"- {n}" for n in result["notes"]]]
     return "\n".join(lines)
 
 
-# --- the child: the window, the engines, the steps -----------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _seconds(value: Any) -> str:
+    return "never" if value is None else f"{value:.1f} s"
 
 
-class Walk:
-    """One walk-through in this process's Qt application (the child)."""
-
-    def __init__(self, work: Path, shots: Path, timeout_s: float) -> None:
-        from app.main import make_app
-
-        self.work, self.shots = work, shots
-        self.t0 = time.monotonic()
-        self.deadline = self.t0 + timeout_s
-        self.steps: list[dict[str, Any]] = []
-        self.notes: list[str] = []
-        self.app = make_app()
-        self.app.setQuitOnLastWindowClosed(False)  # the restart opens a new window in this same process
-        self.engines: list[subprocess.Popen[bytes]] = []
-        self.window: Any = None
-        self.wider = self.solo = False  # noted once each (see `step`)
-
-    # helpers
-    def elapsed(self) -> float:
-        return time.monotonic() - self.t0
-
-    def say(self, text: str) -> None:
-        print(f"walkthrough [{self.elapsed():6.1f} s] {text}", file=sys.stderr, flush=True)
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
-        self.say(f"note: {text}")
-
-    def remaining(self, cap: float) -> float:
-        return max(0.0, min(cap, self.deadline - time.monotonic()))
-
-    def pump(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while True:
-            self.app.processEvents()
-            if time.monotonic() >= end:
-                return
-            time.sleep(0.005)
-
-    def wait(self, done: Callable[[], bool], cap: float, what: str,
-             each: Callable[[], None] | None = None) -> float | None:
-        """Pump Qt until `done()`; its seconds, or None (noted) when `cap` or the budget ran out first."""
-        start = time.monotonic()
-        end = start + self.remaining(cap)
-        while True:
-            self.app.processEvents()
-            if done():
-                return time.monotonic() - start
-            if each is not None:
-                each()
-            if time.monotonic() >= end:
-                self.note(f"timed out after {time.monotonic() - start:.0f} s waiting for {what}")
-                return None
-            time.sleep(0.005)
-
-    def track(self, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
-        self.engines.append(proc)
-        with (self.work / PIDS_FILE).open("a") as fh:
-            fh.write(f"{proc.pid}\n")
-        return proc
-
-    def shot(self, name: str, view: Any = None) -> str:
-        """The whole X screen, with `view` the current tab (the dashboard when None and a window is shown)."""
-        window = self.window
-        if window is not None and window.isVisible():
-            window.tabs.setCurrentWidget(view if view is not None else window.dashboard)
-            self.pump(0.6)  # the tab's first refresh and paint
-        path = self.shots / f"walkthrough_{name}.png"
-        try:
-            subprocess.run(["import", "-window", "root", str(path)], check=True, timeout=60,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        except (OSError, subprocess.SubprocessError) as exc:
-            self.note(f"screenshot {path.name} failed: {exc}")
-            return ""
-        return str(path)
-
-    def header(self) -> str:
-        """What the header says now: state, detail, and the round / model stats."""
-        w = self.window
-        if w is None:
-            return ""
-        detail = w.state_detail.text()
-        return (f"{w.state_label.text()}{' · ' + detail if detail else ''} · round {w.stats['round'].text()} · "
-                f"peers {w.stats['peers'].text()} · {w.stats['model'].text()}")
-
-    def step(self, name: str, seconds: float | None, screenshot: str, shows: str = "", **extra: Any) -> None:
-        window = self.window if self.window is not None and self.window.isVisible() else None
-        size = [window.width(), window.height()] if window is not None else None
-        self.steps.append({"name": name, "seconds": None if seconds is None else round(seconds, 3),
-                           "at_s": round(self.elapsed(), 1), "screenshot": screenshot,
-                           "shows": shows or self.header(), **({"window_px": size} if size else {}), **extra})
-        if size and size[0] > SCREEN[0] and not self.wider:
-            self.wider = True
-            self.note(f"from step {name} on the window is {size[0]} px wide on a {SCREEN[0]} px screen (it was "
-                      f"{SCREEN[0]} at the first start): the header's right end is off the screen")
-        if window is not None and window.model.node.state == "solo" and window.model.node.peers > 0 and not self.solo:
-            self.solo = True
-            self.note(f"at step {name} the header says '{window.state_label.text()}' with "
-                      f"{window.model.node.peers} peer(s) connected")
-        took = "timed out" if seconds is None else f"{seconds:.2f} s"
-        self.say(f"step {name}: {took} · {self.steps[-1]['shows']}")
-
-    # the engine, as `sapo gui` starts it, and its window
-    def open_window(self, data_dir: Path, engine_args: tuple[str, ...], dialog_shot: str = "") -> tuple[float, float]:
-        """Start the engine (app.main.start_engine), wait with the app's own progress dialog
-        (app.main.wait_for_start), then the MainWindow linked through an EngineBridge, as run_gui does.
-        Returns (seconds until the engine served, seconds until the window showed the engine's model)."""
-        from PySide6.QtCore import QTimer
-
-        from app import main as app_main
-        from app.bridge import EngineBridge
-        from app.views.main_window import MainWindow
-        from engine.control.token import read_control_info, read_token
-
-        start = time.monotonic()
-        proc = self.track(app_main.start_engine(data_dir, engine_args))
-        self.proc = proc
-        dialog_timer = QTimer()
-        dialog_timer.setSingleShot(True)
-        shot: list[str] = []
-        if dialog_shot:
-            dialog_timer.timeout.connect(lambda: shot.append(self.shot(dialog_shot)))
-            dialog_timer.start(1500)
-        waited = app_main.wait_for_start(data_dir, proc)
-        dialog_timer.stop()
-        served = time.monotonic() - start
-        if isinstance(waited, str):
-            raise RuntimeError(f"the engine could not start: {waited}")  # noqa: TRY004 - not a type error
-        if shot and shot[0]:
-            self.step("engine_starting", served, shot[0], shows="the app's 'Starting the SAPO engine…' dialog",
-                      engine_pid=proc.pid)
-
-        def current_url() -> str | None:
-            found = read_control_info(data_dir)
-            return found.url if found else None
-        bridge = EngineBridge(waited.url, lambda: read_token(data_dir), url_provider=current_url)
-        self.window = MainWindow(bridge, stop_engine=proc.terminate, fleet_file=self.work / "fleet.json")
-        self.window.move(0, 0)
-        bridge.start()
-        self.window.show()
-        node = self.window.model.node
-        shown = self.wait(lambda: node.connected and bool(node.model) and self.window.join_button.isEnabled(),
-                          60, "the window to connect to the engine")
-        return served, (time.monotonic() - start) if shown is not None else float("nan")
-
-    def close_window(self) -> float | None:
-        """Close the window as a contributor does; without a tray the engine stops. Seconds until its
-        process (the supervisor and its engine) exited."""
-        from engine.control.launcher import stop_engine
-
-        start = time.monotonic()
-        self.window.close()
-        self.pump(0.2)
-        self.window.deleteLater()
-        self.window = None
-        proc = self.proc
-        gone = self.wait(lambda: proc.poll() is not None, 90, "the engine to exit after the window closed")
-        if gone is None:
-            stop_engine(proc)
-            return None
-        return time.monotonic() - start
-
-    def stop_all(self) -> None:
-        from engine.control.launcher import stop_engine
-
-        if self.window is not None:
-            try:
-                self.window.shutdown(keep_engine=False)
-            except Exception as exc:  # noqa: BLE001 - cleanup goes on
-                self.note(f"window shutdown failed: {exc}")
-        for proc in self.engines:
-            if proc.poll() is None:
-                stop_engine(proc)
+def _switch_lines(switch: dict[str, Any]) -> list[str]:
+    to_seed = switch.get("to_seed")
+    if not to_seed:
+        return []
+    lines = ["", (f"Switch to {to_seed.get('model')} (Machine tab, its row selected, the switch button clicked): "
+                  f"the tab's line beside the button after {_seconds(to_seed.get('tab_line_s'))}, the header's "
+                  f"state line after {_seconds(to_seed.get('header_line_s'))}, its model stat after "
+                  f"{_seconds(to_seed.get('header_model_s'))}; lines shown: "
+                  + " -> ".join(f"'{text}' ({at:g} s)" for at, text in to_seed.get("tab_lines", [])) + ".")]
+    seed = switch.get("seed_round") or {}
+    if seed:
+        rounds_seen = seed.get("header_rounds_seen") or []
+        seen = " -> ".join(f"{shown} ({at:g} s)" for at, shown in rounds_seen)
+        late = rounds_seen and rounds_seen[0][1] != "1"  # a seed round takes about a second here
+        lines.append(f"The seed's first round on the dashboard {_seconds(seed.get('seconds'))} after Join "
+                     f"(the header's round from then on, seconds since Join: {seen or '?'}"
+                     + ("; the window showed a later round first" if late else "") + ").")
+    back = switch.get("back") or {}
+    if back:
+        verdict = (f"came back after {_seconds(back.get('came_back_s'))}" if back.get("came_back")
+                   else "DID NOT come back")
+        lines.append(f"Switch back to {back.get('model')}: the header's model stat after "
+                     f"{_seconds(back.get('header_model_s'))}; its round count and totals {verdict} "
+                     f"(the window showed {back.get('values')}).")
+    return lines
 
 
-def walk(w: Walk, rounds: int) -> dict[str, Any]:
-    from PySide6.QtCore import Qt
-    from PySide6.QtTest import QTest
-
-    from engine.control.launcher import start_engine
-
-    data_dir = w.work / "data"
-    port = _free_port()
-    swarm = f"walkthrough-{uuid.uuid4().hex[:8]}"  # never meets a node of the LAN, even with mDNS on
-    net = ("--no-mdns", "--swarm", swarm, "--listen", f"127.0.0.1:{port}")
-    engine_args = ("--paused", *net)  # `sapo gui` passes --paused; the rest keeps the run on 127.0.0.1
-    w.say(f"fresh data dir {data_dir}; engine args {' '.join(engine_args)}")
-    out: dict[str, Any] = {"engine_args": list(engine_args)}
-
-    # 1. first start
-    served, shown = w.open_window(data_dir, engine_args, dialog_shot="starting")
-    win = w.window
-    node = win.model.node
-    out["model"] = node.model
-    out["model_name"] = node.model_name
-    out["tray"] = win.tray is not None
-    w.step("first_start", shown, w.shot("first_start"), engine_served_s=round(served, 2),
-           subtitle=win.subtitle.text(), model_line=win.header.model_line.text(),
-           your_model=win.dashboard.your_model.text.text())
-
-    # 2. Join -> first visible progress in the header
-    before_label, before_detail = win.state_label.text(), win.state_detail.text()
-    first: dict[str, float] = {}
-
-    def progress_shown() -> bool:
-        now = time.monotonic() - clicked
-        changed = win.state_label.text() != before_label or win.state_detail.text() != before_detail
-        if "label" not in first and changed:
-            first["label"] = now
-        work = node.work
-        if work is not None and win.state_detail.text() and win.state_detail.text() == node.activity():
-            first["progress"] = now
-            return True
-        return False
-    clicked = time.monotonic()
-    QTest.mouseClick(win.join_button, Qt.MouseButton.LeftButton)
-    seconds = w.wait(progress_shown, 120, "the header's first progress after Join")
-    out["join_to_first_progress_s"] = None if seconds is None else round(seconds, 3)
-    out["join_to_header_change_s"] = round(first["label"], 3) if "label" in first else None
-    w.step("join", seconds, w.shot("join"), goal_s=JOIN_GOAL_S, work_phase=getattr(node.work, "phase", None))
-
-    # 3. the first round: each phase the first time the header shows it, then the round done on the dashboard
-    seen: dict[str, float] = {node.work.phase: seconds} if seconds is not None and node.work is not None else {}
-    names = {"loading_model": "loading", "evaluating": "baseline_eval", "generating": "generating",
-             "updating": "updating"}
-
-    def phases() -> None:
-        work = node.work
-        phase = getattr(work, "phase", None)
-        if phase in names and phase not in seen and win.state_detail.text() == node.activity():
-            seen[phase] = time.monotonic() - clicked
-            w.step(names[phase], seen[phase], w.shot(names[phase]), since="join")
-    got = w.wait(lambda: win.model.dashboard.rounds >= 1, 1200, "the first round", each=phases)
-    for phase, name in names.items():
-        if phase not in seen:
-            w.note(f"the header never showed the {name} phase before round 1 ended")
-    w.pump(1.0)  # the round's batch and the card's refresh
-    marks = [("nothing_yet", 0.0), *sorted(((p, t) for p, t in seen.items()), key=lambda item: item[1])]
-    if got is not None:
-        marks.append(("round_done", time.monotonic() - clicked))
-    out["first_round_phases_s"] = {a: round(tb - ta, 1) for (a, ta), (_b, tb) in itertools.pairwise(marks)}
-    w.step("round_done", None if got is None else time.monotonic() - clicked, w.shot("round_done"),
-           since="join", your_model=win.dashboard.your_model.text.text(),
-           your_model_detail=win.dashboard.your_model.detail.text(),
-           cards={k: v.text() for k, v in win.dashboard.cards.items()})
-
-    # 4. a peer on the seed model, linked over 127.0.0.1
-    peer_dir = w.work / "peer"
-    peer_cmd = [sys.executable, "-m", "engine", "run", "--headless", "--model", "seed", "--seed", "7",
-                "--data-dir", str(peer_dir), "--no-mdns", "--swarm", swarm, "--listen", "127.0.0.1:0",
-                "--peer", f"ws://127.0.0.1:{port}"]
-    start = time.monotonic()
-    w.track(start_engine(peer_dir, command=peer_cmd))  # idle priority, like the app's engine
-    got = w.wait(lambda: node.peers >= 1, 180, "the peer to show in the header")
-    w.step("peer", got, w.shot("peers", win.peers))
-    got = w.wait(lambda: len(win.model.feed.rows) >= 1, w.remaining(240), "a peer's rollouts in the feed")
-    w.step("shared_rollouts", None if got is None else time.monotonic() - start,
-           w.shot("shared_rollouts", win.rollouts), feed_rows=len(win.model.feed.rows))
-
-    # 5. Try it
-    win.tabs.setCurrentWidget(win.try_it)
-    w.pump(0.5)
-    view = win.try_it
-    if not view.ask_button.isEnabled():
-        w.wait(lambda: view.ask_button.isEnabled(), 30, "the Try it button")
-    start = time.monotonic()
-    QTest.mouseClick(view.ask_button, Qt.MouseButton.LeftButton)
-    w.pump(3.0)
-    w.step("try_it_waiting", time.monotonic() - start, w.shot("try_it_waiting", view), shows=view.status.text())
-    got = w.wait(lambda: view.asked_at is None, 900, "Try it's answer")
-    w.step("try_it", None if got is None else time.monotonic() - start, w.shot("try_it", view),
-           shows=view.status.text(), question=view.question.text(), yours=view.yours.verdict.text(),
-           yours_answer=view.yours.answer.text(), start_model=view.start.verdict.text())
-
-    # a few rounds in all, then 6. Leave, close, start again
-    got = w.wait(lambda: win.model.dashboard.rounds >= rounds, 900, f"{rounds} rounds")
-    win.tabs.setCurrentWidget(win.dashboard)
-    w.pump(0.5)
-    start = time.monotonic()
-    QTest.mouseClick(win.join_button, Qt.MouseButton.LeftButton)
-    got = w.wait(lambda: node.connected and node.state == "stopped", 300, "the node to leave")
-    w.pump(0.5)
-    cards = win.dashboard.cards
-    before = {"round": win.stats["round"].text(), "model": win.stats["model"].text(),
-              "rounds": cards["rounds"].text(), "cumulative_reward": cards["cumulative"].text()}
-    w.step("left", got, w.shot("left"), values=before)
-    out["rounds_trained"] = node.round
-    closed = w.close_window()
-    w.step("closed", closed, "", shows="window closed, engine exited (nothing on screen to capture)"
-           if closed is not None else "the engine did not exit by itself: stopped")
-    start = time.monotonic()
-    served, shown = w.open_window(data_dir, engine_args)
-    win = w.window
-    dash = win.dashboard
-
-    def restored() -> bool:
-        return (win.dashboard.model.rounds >= 1 and dash.cards["rounds"].text() == before["rounds"]
-                and win.stats["round"].text() == before["round"])
-    got = w.wait(restored, 60, "the round count and totals after the restart")
-    seconds = None if got is None else time.monotonic() - start
-    w.pump(1.0)
-    after = {"round": win.stats["round"].text(), "model": win.stats["model"].text(),
-             "rounds": dash.cards["rounds"].text(), "cumulative_reward": dash.cards["cumulative"].text()}
-    w.step("restart", seconds, w.shot("restart"), engine_served_s=round(served, 2),
-           window_connected_s=round(shown, 2), values=after, your_model=dash.your_model.text.text())
-    out["restart"] = {"before": before, "after": after, "same": before == after}
-    if before != after:
-        w.note(f"after the restart the window shows {after}, before it showed {before}")
-    return out
-
-
-def child_main(argv: list[str]) -> int:
-    work, shots, rounds, timeout_s = Path(argv[0]), Path(argv[1]), int(argv[2]), float(argv[3])
-    started = time.monotonic()
-    w = Walk(work, shots, timeout_s)
-    w.say(f"Xvfb display {os.environ.get('DISPLAY')}; load average {os.getloadavg()[0]:.2f}")
-    result: dict[str, Any] = {"join_goal_s": JOIN_GOAL_S, "load_average_start": round(os.getloadavg()[0], 2)}
-    failed = False
-    try:
-        result.update(walk(w, rounds))
-    except Exception as exc:  # noqa: BLE001 - the result says what failed; the engines are stopped below
-        failed = True
-        import traceback
-
-        traceback.print_exc()
-        w.note(f"the walk-through failed: {type(exc).__name__}: {exc}")
-        w.steps.append({"name": "failed", "seconds": None, "at_s": round(w.elapsed(), 1),
-                        "screenshot": w.shot("failed"), "shows": w.header()})
-    finally:
-        w.stop_all()
-    result.setdefault("model", "")
-    result.setdefault("join_to_first_progress_s", None)
-    result.update(steps=w.steps, notes=w.notes, failed=failed, total_s=round(time.monotonic() - started, 1))
-    (work / "result.json").write_text(json.dumps(result, indent=1))
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(child_main(sys.argv[1:]))
+def _restart_lines(restart: dict[str, Any]) -> list[str]:
+    if not restart:
+        return []
+    came_back = "came back" if restart.get("same") else "DID NOT come back"
+    process = (f"a new app process (pid {restart.get('app_pid')}; the first was pid {restart.get('first_app_pid')}, "
+               "ended with its window)" if restart.get("new_process") else "the same app process")
+    at_close = "" if restart.get("same") or not restart.get("at_close") else (
+        " The window showed the same when it closed" if restart.get("same_as_at_close")
+        else f" When it closed the window showed {restart.get('at_close')}")
+    return ["", (f"The restart was {process}. After it the round count, model and totals {came_back}: "
+                 f"before (at Leave, before the switch) {restart.get('before')}, after {restart.get('after')}."
+                 + (f"{at_close}." if at_close else ""))]
