@@ -17,6 +17,7 @@ class Header(QFrame):
     def __init__(self) -> None:
         super().__init__()
         self.setObjectName("header")
+        self._state_drawn: str | None = None  # the state whose colour the label and dot show
         outer = QVBoxLayout(self)
         outer.setContentsMargins(18, 12, 18, 8)
         outer.setSpacing(4)
@@ -116,9 +117,11 @@ class Header(QFrame):
         """Draw `node`; `elsewhere` names the fleet engine shown when it is not this machine's, `swarm`
         which swarm it is in."""
         state = node.state if node.connected else "disconnected"
-        self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
+        if state != self._state_drawn:  # a style sheet set re-polishes and re-lays out: only on a change
+            self._state_drawn = state
+            self.state_dot.setPixmap(dot(STATE_COLORS.get(state, "#8a8f98")))
+            self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
         self.state_label.setText(node.label if node.connected else "Engine not connected")
-        self.state_label.setStyleSheet(f"color: {STATE_COLORS.get(state, '#111827')}")
         self.state_detail.setText((node.activity() or node.detail) if node.connected
                                   else "The app reconnects by itself.")
         note = node.crash_note()
