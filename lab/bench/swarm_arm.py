@@ -11,6 +11,9 @@ from the swarm:
   question   part of its own I questions from peers' frontier questions, answered by itself
   both       both
   adaptive   question sharing where each round's share of suggestions follows what they yielded
+  solo-long  solo for 2.5 times the rounds, judged after each multiple of them too: solo's learning curve,
+             so that an arm that costs more CPU per round (text: ~2.2x) meets solo at the same CPU-seconds,
+             measured, not extrapolated
 
 Settings: homogeneous (every node the same specialties) and heterogeneous (node k trains on 2 of the
 4, and is judged on all 4). `python -m lab.bench.swarm_arm ARGS_JSON OUT_JSON`.
@@ -35,7 +38,9 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     "both": {"num_external": 2, "num_suggested": 1},
     # how many of the I = 2 own questions are peers' suggestions, 0-2, follows each source's yield here
     "adaptive": {"num_external": 0, "num_suggested": 2, "adaptive_sources": True},
+    "solo-long": {"num_external": 0, "num_suggested": 0},
 }
+ROUNDS_FACTOR = {"solo-long": 2.5}  # arms that run a multiple of the bench's rounds (judged at each whole one)
 SETTINGS = ("homogeneous", "heterogeneous")
 
 
@@ -63,7 +68,9 @@ def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int,
 
 def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], threads: int, rounds: int,
                   specialties: list[str], judge_per_specialty: int, eval_k: int, eval_seeds: list[int],
-                  seed: int, overrides: dict[str, Any]) -> dict[str, Any]:
+                  seed: int, overrides: dict[str, Any], judge_at: list[int] | None = None) -> dict[str, Any]:
+    """One arm for one seed; `judge_at`: rounds before the last at which every node is judged too
+    (the judge samples with its own seeds: the training path is the same as without it)."""
     import torch
 
     from engine.sapo.step import PoolExchange, step
@@ -87,6 +94,7 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
                  for k in range(len(nodes))]
     history: list[list[dict[str, float]]] = [[] for _ in nodes]
     cpu = [0.0 for _ in nodes]
+    midway: list[dict[str, Any]] = []
     for r in range(1, rounds + 1):
         swarm.clock.now = float(r)
         swarm.flush()  # the barrier: the previous round's groups arrive now
@@ -105,11 +113,15 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
                   f"{statistics.fmean(h['reward_mean'] for h in recent):.3f} mixed "
                   f"{statistics.fmean(h['mixed_fraction'] for h in recent):.2f} ({time.time() - t_start:.0f} s)",
                   flush=True)
+        if r in (judge_at or ()) and r < rounds:
+            midway.append({"round": r, "cpu_seconds": list(cpu),
+                           "after": [judge(node, judge_q, eval_k, eval_seeds) for node in nodes]})
     after = [judge(node, judge_q, eval_k, eval_seeds) for node in nodes]
     for _, loaded in built:
         loaded.generator.close()
     return {"arm": arm, "setting": setting, "seed": seed, "rounds": rounds, "nodes": len(nodes),
             "config": nodes[0].cfg.to_dict(), "after": after, "cpu_seconds": cpu, "history": history,
+            "midway": midway,
             "specialties": [node_specialties(setting, k, specialties) for k in range(len(nodes))],
             "minutes": (time.time() - t_start) / 60, "counters": dict(swarm.counters)}
 

@@ -26,7 +26,7 @@ from typing import Any
 from engine.paths import REPO_ROOT
 from lab import BENCH_DIR
 from lab.bench.real_learning import SPECIALTIES, _prepare
-from lab.bench.swarm_arm import ARMS, SETTINGS
+from lab.bench.swarm_arm import ARMS, ROUNDS_FACTOR, SETTINGS
 
 DESCRIPTION = ("SmolLM2 nodes sharing text, questions or both vs alone, paired by seed: held-out gain "
                "per CPU-hour (long: hours)")
@@ -65,7 +65,9 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", nodes: int = 3, 
         while todo and len(running) < max(1, parallel):
             setting, arm, seed = todo.pop(0)
             name = f"{setting}-{arm}-{seed}"
-            args = {**common, "arm": arm, "setting": setting, "seed": seed, "rounds": rounds}
+            total = round(rounds * ROUNDS_FACTOR.get(arm, 1))
+            args = {**common, "arm": arm, "setting": setting, "seed": seed, "rounds": total,
+                    "judge_at": list(range(rounds, total, rounds))}
             running.append(_launch(work, name, args, nodes, shared, scratch, 1))
         time.sleep(2)
         for item in [r for r in running if r[1].poll() is not None]:
@@ -127,11 +129,63 @@ def summarize(work: Path) -> dict[str, Any]:
             "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
                               for name in nodes[0]["per_specialty_pass_at_1"]},
             "solved": _solved_by_question(nodes)}
-    arms = [_arm(setting, arm, per_seed, by.get((setting, "solo"), {}), base)
+    curves = solo_curves(runs, base)
+    arms = [_arm(setting, arm, per_seed, by.get((setting, "solo"), {}), base) | equal_cpu(per_seed, curves, setting)
             for (setting, arm), per_seed in sorted(by.items())]
     return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
             "judge_questions": before["before"]["questions"], "eval_k": before["before"]["k"],
             "arms": arms, "signals": signals(runs), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def solo_curves(runs: list[dict[str, Any]], base: float) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    """Solo's measured (CPU-seconds per node, held-out pass@1) points per (setting, seed): the start
+    (0 CPU-s, the judge before), every solo run's end and every halfway judge of a longer solo run."""
+    curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for run_ in runs:
+        if run_["arm"] not in ("solo", "solo-long"):
+            continue
+        points = curves.setdefault((run_["setting"], run_["seed"]), [(0.0, base)])
+        for mark in [*run_.get("midway", []), run_]:
+            points.append((statistics.fmean(mark["cpu_seconds"]),
+                           statistics.fmean(j["pass_at_1"] for j in mark["after"])))
+    return {key: _merge_near(sorted(points)) for key, points in curves.items()}
+
+
+def _merge_near(points: list[tuple[float, float]], within: float = 0.05) -> list[tuple[float, float]]:
+    """Points within 5% CPU of each other (the same round count measured twice) averaged into one, so
+    that the judge's noise between two runs is not read as a slope."""
+    merged: list[list[tuple[float, float]]] = []
+    for point in points:
+        if merged and point[0] <= merged[-1][0][0] * (1 + within):
+            merged[-1].append(point)
+        else:
+            merged.append([point])
+    return [(statistics.fmean(c for c, _ in m), statistics.fmean(v for _, v in m)) for m in merged]
+
+
+def solo_at(points: list[tuple[float, float]], cpu: float) -> float | None:
+    """Solo's pass@1 at `cpu` CPU-seconds, linear between its two nearest measured points; None beyond
+    the longest solo run: an extrapolation is not a result."""
+    if not points or cpu > points[-1][0] * 1.02:  # 2%: the same round count measures a little apart
+        return None
+    below = [p for p in points if p[0] <= cpu] or points[:1]
+    above = [p for p in points if p[0] >= cpu] or points[-1:]
+    (c0, v0), (c1, v1) = below[-1], above[0]
+    return v0 if c1 <= c0 else v0 + (v1 - v0) * (cpu - c0) / (c1 - c0)
+
+
+def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, int], list[tuple[float, float]]],
+              setting: str) -> dict[str, Any]:
+    """The arm against solo given the same CPU-seconds per node, paired by seed (None where solo never
+    ran that long)."""
+    deltas: list[float | None] = []
+    for seed in sorted(per_seed):
+        at = solo_at(curves.get((setting, seed), []), per_seed[seed]["cpu_seconds"])
+        deltas.append(None if at is None else per_seed[seed]["pass_at_1"] - at)
+    known = [d for d in deltas if d is not None]
+    return {"delta_vs_solo_equal_cpu_per_seed": deltas,
+            "delta_vs_solo_equal_cpu_mean": statistics.fmean(known) if len(known) == len(deltas) and known else None,
+            "delta_vs_solo_equal_cpu_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
 
 
 def _solved_by_question(nodes: list[dict[str, Any]]) -> list[float] | None:
@@ -217,13 +271,15 @@ def table(result: dict[str, Any]) -> str:
               f"before: pass@1 {b['pass_at_1']:.4f}. Each arm's nodes run the node's own round step and pool; "
               f"Δ is paired with the solo arm of the same training seed. {result['measured_at']}."), "",
              ("| setting | arm | seeds | nodes x rounds | pass@1 after (per seed) | Δ vs solo (mean ± sd) | "
-              "own groups mixed | CPU-s per node | gain per CPU-hour |"), "|---|---|---|---|---|---|---|---|---|"]
+              "Δ vs solo at equal CPU | own groups mixed | CPU-s per node | gain per CPU-hour |"),
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for a in result["arms"]:
         delta = ("—" if a["delta_vs_solo_mean"] is None else f"{a['delta_vs_solo_mean']:+.4f}"
                  + (f" ± {a['delta_vs_solo_sd']:.4f}" if a["delta_vs_solo_sd"] is not None else " (one seed)"))
         gain = "—" if a["gain_per_cpu_hour"] is None else f"{a['gain_per_cpu_hour']:+.4f}"
         lines.append(f"| {a['setting']} | {a['name']} | {len(a['seeds'])} | {a['nodes']} x {a['rounds']} | "
-                     f"{', '.join(f'{v:.4f}' for v in a['pass_at_1_after'])} | {delta} | {a['mixed_fraction']:.2f} | "
+                     f"{', '.join(f'{v:.4f}' for v in a['pass_at_1_after'])} | {delta} | {_equal_cpu_cell(a)} | "
+                     f"{a['mixed_fraction']:.2f} | "
                      f"{a['cpu_seconds']:.0f} | {gain} |")
     lines += ["", "Per node and run, by source (groups, with signal, seconds):", "",
               "| setting | arm | own pick | suggested | peer text | seconds own / suggested / peer text |",
@@ -234,6 +290,16 @@ def table(result: dict[str, Any]) -> str:
                      f"{s['suggested_groups']:.0f} ({s['suggested_mixed']:.0f}) | {s['peer_text_groups']:.0f} | "
                      f"{s['seconds_own_pick']:.0f} / {s['seconds_suggested']:.0f} / {s['seconds_peer_text']:.0f} |")
     return "\n".join(lines + _why_lines(result))
+
+
+def _equal_cpu_cell(arm: dict[str, Any]) -> str:
+    per = arm.get("delta_vs_solo_equal_cpu_per_seed") or []
+    if arm["name"].startswith("solo") or not per:
+        return "—"
+    if arm.get("delta_vs_solo_equal_cpu_mean") is None:
+        return "solo never ran this long" if all(d is None for d in per) else "some seeds: solo never ran this long"
+    sd = arm.get("delta_vs_solo_equal_cpu_sd")
+    return f"{arm['delta_vs_solo_equal_cpu_mean']:+.4f}" + (f" ± {sd:.4f}" if sd is not None else " (one seed)")
 
 
 def _why_lines(result: dict[str, Any]) -> list[str]:

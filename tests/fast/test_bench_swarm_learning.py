@@ -17,19 +17,43 @@ def test_heterogeneous_nodes_cover_every_specialty_twice() -> None:
     assert all(len(p) == 2 for p in picked) and sorted(s for p in picked for s in p) == sorted(four * 2)
 
 
+def test_solo_at_equal_cpu_reads_solo_between_measured_points_never_beyond() -> None:
+    # the start, two runs of the same length (averaged: their difference is the judge's noise), a longer one
+    points = swarm_learning._merge_near(sorted([(0.0, 0.10), (300.0, 0.14), (310.0, 0.16), (700.0, 0.25)]))
+    assert [(c, round(v, 9)) for c, v in points] == [(0.0, 0.10), (305.0, 0.15), (700.0, 0.25)]
+    assert abs(swarm_learning.solo_at(points, 305.0) - 0.15) < 1e-12
+    assert abs(swarm_learning.solo_at(points, 502.5) - 0.20) < 1e-12  # halfway between 305 and 700
+    assert abs(swarm_learning.solo_at(points, 152.5) - 0.125) < 1e-12
+    assert swarm_learning.solo_at(points, 710.0) is not None  # within 2% of the longest run
+    assert swarm_learning.solo_at(points, 800.0) is None  # beyond it: not extrapolated
+    curves = {("heterogeneous", 0): points, ("heterogeneous", 1): points}
+    arm = {0: {"pass_at_1": 0.23, "cpu_seconds": 502.5}, 1: {"pass_at_1": 0.17, "cpu_seconds": 305.0}}
+    out = swarm_learning.equal_cpu(arm, curves, "heterogeneous")
+    assert [round(d, 6) for d in out["delta_vs_solo_equal_cpu_per_seed"]] == [0.03, 0.02]
+    assert abs(out["delta_vs_solo_equal_cpu_mean"] - 0.025) < 1e-12
+    longer = swarm_learning.equal_cpu({0: {"pass_at_1": 0.3, "cpu_seconds": 900.0}}, curves, "heterogeneous")
+    assert longer["delta_vs_solo_equal_cpu_per_seed"] == [None] and longer["delta_vs_solo_equal_cpu_mean"] is None
+
+
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
-    opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both"],
+    opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "solo-long"],
             "settings": ["heterogeneous"], "judge_per_specialty": 1, "eval_k": 2, "work_dir": str(tmp_path / "w")}
     result = swarm_learning.run(out_dir=tmp_path, **opts)
     saved = json.loads((tmp_path / "swarm_learning.json").read_text())
     assert saved == json.loads(json.dumps(result))
     by = {(a["setting"], a["name"]): a for a in saved["arms"]}
-    assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both")}
-    for arm in saved["arms"]:
+    assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both"), ("heterogeneous", "solo-long")}
+    # solo's curve: the long solo run trains 2.5x the rounds and is judged at each whole multiple too
+    long_run = json.loads((tmp_path / "w" / "heterogeneous-solo-long-0.json").read_text())
+    assert long_run["rounds"] == 5 and [m["round"] for m in long_run["midway"]] == [2, 4]
+    assert by[("heterogeneous", "solo-long")]["rounds"] == 5
+    assert by[("heterogeneous", "solo")]["delta_vs_solo_equal_cpu_per_seed"][0] is not None  # inside the curve
+    for arm in (a for a in saved["arms"] if a["name"] != "solo-long"):
         for key in ("name", "setting", "seeds", "pass_at_1_after", "delta_vs_solo_mean", "delta_vs_solo_sd",
                     "mixed_fraction", "cpu_seconds", "gain_per_cpu_hour"):
             assert key in arm
         assert arm["seeds"] == [0] and arm["cpu_seconds"] > 0 and arm["nodes"] == 2 and arm["rounds"] == 2
+        assert "delta_vs_solo_equal_cpu_mean" in arm
     assert by[("heterogeneous", "solo")]["delta_vs_solo_mean"] == 0.0
     both = by[("heterogeneous", "both")]
     assert both["delta_vs_solo_per_seed"] == [both["pass_at_1_after"][0] - by[("heterogeneous", "solo")]
