@@ -158,3 +158,27 @@ def test_the_first_round_and_the_baseline_eval_are_drawn_as_dots(qtbot: QtBot) -
     model.apply_round(_noisy_round(2))
     view.refresh(full=True)
     assert all(c.item.opts["symbol"] is None for c in view._curves if len(c.xs) > 1)
+
+
+def test_a_refresh_redraws_one_changed_plot_and_a_cycle_redraws_them_all(qtbot: QtBot) -> None:
+    """At seed speed a round lands every tick: a tick uploads and repaints one plot (a third of the
+    dashboard per tick kept ticks at 20-28 ms), and every plot that changed is current after one cycle."""
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    for n in range(1, 50):
+        model.apply_round(_noisy_round(n))
+    view.refresh(full=True)
+    model.apply_round(_noisy_round(50))
+    plots = list({id(c.plot): c.plot for c in view._curves}.values())
+    stale = {id(c.plot) for c in view._curves if c.ring.version != c._version}
+    assert len(stale) >= 4  # reward, cumulative, the specialty, phase, speed... changed with the round
+    drawn: list[set[int]] = []
+    for _ in range(len(plots)):
+        before = {id(c): c._version for c in view._curves}
+        view.refresh()
+        drawn.append({id(c.plot) for c in view._curves if c._version != before[id(c)]})
+    assert all(len(d) <= 1 for d in drawn)  # one plot a refresh
+    assert set().union(*drawn) == stale  # and every plot that changed, within one cycle
+    assert all(c.ring.version == c._version for c in view._curves)
