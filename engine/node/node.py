@@ -227,6 +227,11 @@ class Node:
                                                  else (0, 0))
             self.settings = dataclasses.replace(self.settings, model=model_id)  # the next start trains it too
             self.settings.save(self.config.data_dir)
+            self._backend = ""  # the old model's: the new one's is known when it loads
+            state = self._state
+        # the header says it too, not only the Machine tab: a switch while stopped changes no state
+        self._set_state(state, f"{model_name(label) or label} is ready: "
+                               f"{'Resume' if state == 'paused' else 'Join the swarm'} to train it")
         self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,
                                        message=f"{label}: the next round trains it"))
         self.bus.publish(LogRecord(level="info", message=f"model switched to {label}: the next round trains it"))

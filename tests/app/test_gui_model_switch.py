@@ -77,6 +77,10 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     qtbot.waitUntil(lambda: window.model.progress is not None and window.model.progress.phase == "ready",
                     timeout=WAIT_MS)
     assert view.progress_label.text() == "Switched to tiny-b: the next round trains it."
+    # the header says it too (a switch while stopped changes no state), under no backend of the old model
+    qtbot.waitUntil(lambda: window.state_detail.text() == "tiny-b is ready: Join the swarm to train it",
+                    timeout=WAIT_MS)
+    assert window.state_label.text() == "Not contributing" and not window.model.node.backend
     assert view.switch_button.isEnabled() and not view.progress.isVisible()
     assert view.progress_label.property("role") == "hint"
     # before B trains: its own (empty) record and round 0, not A's rounds under B's name

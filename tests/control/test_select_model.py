@@ -16,7 +16,7 @@ import pytest
 from engine.checkpoint import latest_checkpoint
 from engine.control.api import ModelProgress
 from engine.control.model_switch import hub_progress_class
-from engine.events import Event, RoundCompleted
+from engine.events import Event, RoundCompleted, StateChanged
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
 
@@ -68,8 +68,13 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
         await wait_for(node, lambda: node.status()["round"] >= 2)
         await node.leave()
         before = node.status()["round"]
+        assert node.status()["backend"]  # the model that trained
         await node.select_model(str(model_b))
-        assert node.status()["model"] == "tiny-b" and node.status()["state"] == "stopped"
+        status = node.status()
+        assert status["model"] == "tiny-b" and status["state"] == "stopped"
+        # the header's line says what the next Join trains; the old model's backend is not shown under B
+        assert status["detail"] == "tiny-b is ready: Join the swarm to train it" and status["backend"] == ""
+        assert [e for e in seen if isinstance(e, StateChanged)][-1].detail == status["detail"]
         await node.join()
         await wait_for(node, lambda: sum(isinstance(e, RoundCompleted) and e.model == "tiny-b" for e in seen) >= 3)
         await node.leave()
@@ -137,7 +142,7 @@ def test_switch_while_paused_takes_effect_on_resume_and_back(tmp_path: Path, mod
         await node.pause()
         await wait_for(node, lambda: node.status()["state"] == "paused")
         await node.select_model(str(model))
-        assert node.status()["model"] == label
+        assert node.status()["model"] == label and node.status()["detail"] == f"{label} is ready: Resume to train it"
         # the switched-to model's own record at once, before it trains: rounds are numbered per model
         held, own = node.status()["round"], node.history()
         assert own["model"] == label and [r["round"] for r in own["rounds"]] == list(range(1, held + 1))
