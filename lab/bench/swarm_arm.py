@@ -39,8 +39,9 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     # how many of the I = 2 own questions are peers' suggestions, 0-2, follows each source's yield here
     "adaptive": {"num_external": 0, "num_suggested": 2, "adaptive_sources": True},
     "solo-long": {"num_external": 0, "num_suggested": 0},
+    "question-long": {"num_external": 0, "num_suggested": 1},
 }
-ROUNDS_FACTOR = {"solo-long": 2.5}  # arms that run a multiple of the bench's rounds (judged at each whole one)
+ROUNDS_FACTOR = {"solo-long": 2.5, "question-long": 2.5}  # arms that run a multiple of the bench's rounds (judged at each whole one)
 SETTINGS = ("homogeneous", "heterogeneous")
 
 

@@ -129,26 +129,41 @@ def summarize(work: Path) -> dict[str, Any]:
             "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
                               for name in nodes[0]["per_specialty_pass_at_1"]},
             "solved": _solved_by_question(nodes)}
-    curves = solo_curves(runs, base)
-    arms = [_arm(setting, arm, per_seed, by.get((setting, "solo"), {}), base) | equal_cpu(per_seed, curves, setting)
-            for (setting, arm), per_seed in sorted(by.items())]
+    curves = learning_curves(runs, base)
+    arms = []
+    for (setting, arm), per_seed in sorted(by.items()):
+        paired = by.get((setting, "solo-long" if arm.endswith("-long") else "solo"), {})  # the same length
+        row = _arm(setting, arm, per_seed, paired, base)
+        for against in CURVE_ARMS:
+            row |= equal_cpu(per_seed, curves, setting, against)
+        arms.append(row)
     return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
             "judge_questions": before["before"]["questions"], "eval_k": before["before"]["k"],
-            "arms": arms, "signals": signals(runs), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "arms": arms, "curves": _curves_json(curves), "signals": signals(runs),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-def solo_curves(runs: list[dict[str, Any]], base: float) -> dict[tuple[str, int], list[tuple[float, float]]]:
-    """Solo's measured (CPU-seconds per node, held-out pass@1) points per (setting, seed): the start
-    (0 CPU-s, the judge before), every solo run's end and every halfway judge of a longer solo run."""
-    curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
+CURVE_ARMS = ("solo", "question")  # arms whose learning curve (from their -long runs) others meet at equal CPU
+
+
+def learning_curves(runs: list[dict[str, Any]], base: float) -> dict[tuple[str, str, int], list[tuple[float, float]]]:
+    """Measured (CPU-seconds per node, held-out pass@1) points per (arm, setting, seed) for the CURVE_ARMS:
+    the start (0 CPU-s, the judge before), every run's end and every judge along a -long run."""
+    curves: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     for run_ in runs:
-        if run_["arm"] not in ("solo", "solo-long"):
+        name = run_["arm"].removesuffix("-long")
+        if name not in CURVE_ARMS:
             continue
-        points = curves.setdefault((run_["setting"], run_["seed"]), [(0.0, base)])
+        points = curves.setdefault((name, run_["setting"], run_["seed"]), [(0.0, base)])
         for mark in [*run_.get("midway", []), run_]:
             points.append((statistics.fmean(mark["cpu_seconds"]),
                            statistics.fmean(j["pass_at_1"] for j in mark["after"])))
     return {key: _merge_near(sorted(points)) for key, points in curves.items()}
+
+
+def _curves_json(curves: dict[tuple[str, str, int], list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    return [{"arm": arm, "setting": setting, "seed": seed, "cpu_seconds": [c for c, _ in points],
+             "pass_at_1": [v for _, v in points]} for (arm, setting, seed), points in sorted(curves.items())]
 
 
 def _merge_near(points: list[tuple[float, float]], within: float = 0.05) -> list[tuple[float, float]]:
@@ -163,9 +178,9 @@ def _merge_near(points: list[tuple[float, float]], within: float = 0.05) -> list
     return [(statistics.fmean(c for c, _ in m), statistics.fmean(v for _, v in m)) for m in merged]
 
 
-def solo_at(points: list[tuple[float, float]], cpu: float) -> float | None:
-    """Solo's pass@1 at `cpu` CPU-seconds, linear between its two nearest measured points; None beyond
-    the longest solo run: an extrapolation is not a result."""
+def curve_at(points: list[tuple[float, float]], cpu: float) -> float | None:
+    """A curve's pass@1 at `cpu` CPU-seconds, linear between its two nearest measured points; None beyond
+    its longest run: an extrapolation is not a result."""
     if not points or cpu > points[-1][0] * 1.02:  # 2%: the same round count measures a little apart
         return None
     below = [p for p in points if p[0] <= cpu] or points[:1]
@@ -174,18 +189,19 @@ def solo_at(points: list[tuple[float, float]], cpu: float) -> float | None:
     return v0 if c1 <= c0 else v0 + (v1 - v0) * (cpu - c0) / (c1 - c0)
 
 
-def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, int], list[tuple[float, float]]],
-              setting: str) -> dict[str, Any]:
-    """The arm against solo given the same CPU-seconds per node, paired by seed (None where solo never
-    ran that long)."""
+def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, str, int], list[tuple[float, float]]],
+              setting: str, against: str = "solo") -> dict[str, Any]:
+    """The arm against `against`'s curve at the same CPU-seconds per node, paired by seed (None where that
+    arm never ran so long): keys delta_vs_{against}_equal_cpu_{per_seed,mean,sd}."""
     deltas: list[float | None] = []
     for seed in sorted(per_seed):
-        at = solo_at(curves.get((setting, seed), []), per_seed[seed]["cpu_seconds"])
+        at = curve_at(curves.get((against, setting, seed), []), per_seed[seed]["cpu_seconds"])
         deltas.append(None if at is None else per_seed[seed]["pass_at_1"] - at)
     known = [d for d in deltas if d is not None]
-    return {"delta_vs_solo_equal_cpu_per_seed": deltas,
-            "delta_vs_solo_equal_cpu_mean": statistics.fmean(known) if len(known) == len(deltas) and known else None,
-            "delta_vs_solo_equal_cpu_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
+    key = f"delta_vs_{against}_equal_cpu"
+    return {f"{key}_per_seed": deltas,
+            f"{key}_mean": statistics.fmean(known) if len(known) == len(deltas) and known else None,
+            f"{key}_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
 
 
 def _solved_by_question(nodes: list[dict[str, Any]]) -> list[float] | None:
@@ -289,17 +305,38 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {a['setting']} | {a['name']} | {s['own_pick_groups']:.0f} ({s['own_pick_mixed']:.0f}) | "
                      f"{s['suggested_groups']:.0f} ({s['suggested_mixed']:.0f}) | {s['peer_text_groups']:.0f} | "
                      f"{s['seconds_own_pick']:.0f} / {s['seconds_suggested']:.0f} / {s['seconds_peer_text']:.0f} |")
-    return "\n".join(lines + _why_lines(result))
+    return "\n".join(lines + _curve_lines(result) + _why_lines(result))
 
 
-def _equal_cpu_cell(arm: dict[str, Any]) -> str:
-    per = arm.get("delta_vs_solo_equal_cpu_per_seed") or []
-    if arm["name"].startswith("solo") or not per:
+def _equal_cpu_cell(arm: dict[str, Any], against: str = "solo") -> str:
+    key = f"delta_vs_{against}_equal_cpu"
+    per = arm.get(f"{key}_per_seed") or []
+    if arm["name"].removesuffix("-long") == against or not per:
         return "—"
-    if arm.get("delta_vs_solo_equal_cpu_mean") is None:
-        return "solo never ran this long" if all(d is None for d in per) else "some seeds: solo never ran this long"
-    sd = arm.get("delta_vs_solo_equal_cpu_sd")
-    return f"{arm['delta_vs_solo_equal_cpu_mean']:+.4f}" + (f" ± {sd:.4f}" if sd is not None else " (one seed)")
+    if arm.get(f"{key}_mean") is None:
+        return f"{against} never ran this long" if all(d is None for d in per) else f"some seeds: {against} never ran this long"
+    sd = arm.get(f"{key}_sd")
+    seeds = ", ".join(f"{d:+.3f}" for d in per if d is not None)
+    return f"{arm[f'{key}_mean']:+.4f}" + (f" ± {sd:.4f} ({seeds})" if sd is not None else " (one seed)")
+
+
+def _curve_lines(result: dict[str, Any]) -> list[str]:
+    """Each learning curve's points, and every arm read against the curves at its own CPU-seconds."""
+    curves = result.get("curves") or []
+    if not any(len(c["cpu_seconds"]) > 2 for c in curves):
+        return []
+    lines = ["", "Learning curves (mean per node: CPU-seconds -> held-out pass@1; the first point is the start):", "",
+             "| setting | arm | seed | points |", "|---|---|---|---|"]
+    for c in curves:
+        points = ", ".join(f"{cpu:.0f} s -> {v:.3f}" for cpu, v in zip(c["cpu_seconds"], c["pass_at_1"]))
+        lines.append(f"| {c['setting']} | {c['arm']} | {c['seed']} | {points} |")
+    lines += ["", ("Each arm against those curves at its own CPU-seconds per node (paired by seed; linear between "
+                   "measured points, never beyond the longest run):"), "",
+              "| setting | arm | CPU-s per node | Δ vs solo at equal CPU | Δ vs question at equal CPU |", "|---|---|---|---|---|"]
+    for a in result["arms"]:
+        lines.append(f"| {a['setting']} | {a['name']} | {a['cpu_seconds']:.0f} | {_equal_cpu_cell(a)} | "
+                     f"{_equal_cpu_cell(a, 'question')} |")
+    return lines
 
 
 def _why_lines(result: dict[str, Any]) -> list[str]:

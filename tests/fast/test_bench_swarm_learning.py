@@ -17,22 +17,24 @@ def test_heterogeneous_nodes_cover_every_specialty_twice() -> None:
     assert all(len(p) == 2 for p in picked) and sorted(s for p in picked for s in p) == sorted(four * 2)
 
 
-def test_solo_at_equal_cpu_reads_solo_between_measured_points_never_beyond() -> None:
+def test_equal_cpu_reads_a_curve_between_measured_points_never_beyond() -> None:
     # the start, two runs of the same length (averaged: their difference is the judge's noise), a longer one
     points = swarm_learning._merge_near(sorted([(0.0, 0.10), (300.0, 0.14), (310.0, 0.16), (700.0, 0.25)]))
     assert [(c, round(v, 9)) for c, v in points] == [(0.0, 0.10), (305.0, 0.15), (700.0, 0.25)]
-    assert abs(swarm_learning.solo_at(points, 305.0) - 0.15) < 1e-12
-    assert abs(swarm_learning.solo_at(points, 502.5) - 0.20) < 1e-12  # halfway between 305 and 700
-    assert abs(swarm_learning.solo_at(points, 152.5) - 0.125) < 1e-12
-    assert swarm_learning.solo_at(points, 710.0) is not None  # within 2% of the longest run
-    assert swarm_learning.solo_at(points, 800.0) is None  # beyond it: not extrapolated
-    curves = {("heterogeneous", 0): points, ("heterogeneous", 1): points}
+    assert abs(swarm_learning.curve_at(points, 305.0) - 0.15) < 1e-12
+    assert abs(swarm_learning.curve_at(points, 502.5) - 0.20) < 1e-12  # halfway between 305 and 700
+    assert abs(swarm_learning.curve_at(points, 152.5) - 0.125) < 1e-12
+    assert swarm_learning.curve_at(points, 710.0) is not None  # within 2% of the longest run
+    assert swarm_learning.curve_at(points, 800.0) is None  # beyond it: not extrapolated
+    curves = {("solo", "heterogeneous", 0): points, ("solo", "heterogeneous", 1): points}
     arm = {0: {"pass_at_1": 0.23, "cpu_seconds": 502.5}, 1: {"pass_at_1": 0.17, "cpu_seconds": 305.0}}
-    out = swarm_learning.equal_cpu(arm, curves, "heterogeneous")
+    out = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "solo")
     assert [round(d, 6) for d in out["delta_vs_solo_equal_cpu_per_seed"]] == [0.03, 0.02]
     assert abs(out["delta_vs_solo_equal_cpu_mean"] - 0.025) < 1e-12
     longer = swarm_learning.equal_cpu({0: {"pass_at_1": 0.3, "cpu_seconds": 900.0}}, curves, "heterogeneous")
     assert longer["delta_vs_solo_equal_cpu_per_seed"] == [None] and longer["delta_vs_solo_equal_cpu_mean"] is None
+    no_curve = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "question")
+    assert no_curve["delta_vs_question_equal_cpu_per_seed"] == [None, None]
 
 
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
