@@ -376,19 +376,48 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (ax, curve_ax) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
     labels, values, spreads = [], [], []
     for a in result["arms"]:
-        if a["name"] == "solo" or a["delta_vs_solo_mean"] is None:
+        if a["name"].startswith("solo") or a["delta_vs_solo_mean"] is None:
             continue
         labels.append(f"{a['setting'][:6]}\n{a['name']}")
         values.append(a["delta_vs_solo_mean"])
         spreads.append(a["delta_vs_solo_sd"] or 0.0)
     ax.bar(range(len(values)), values, yerr=spreads, capsize=4)
     ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(values)), labels)
-    ax.set_ylabel("held-out pass@1, arm − solo (paired by seed)")
+    ax.set_xticks(range(len(values)), labels, fontsize=8)
+    ax.set_ylabel("held-out pass@1, arm − solo (paired by seed, same rounds)")
     ax.set_title(f"Sharing vs alone: {result['model']}")
+    _plot_curves(curve_ax, result)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_curves(ax: Any, result: dict[str, Any]) -> None:
+    """Held-out pass@1 against CPU-seconds per node: each curve arm's seeds (thin) and their mean (thick)
+    per setting; every other arm as its seeds' mean with their spread."""
+    colors = {"solo": "#6b7280", "question": "#2563eb", "text": "#dc2626", "adaptive": "#059669", "both": "#7c3aed"}
+    for setting, marker in (("heterogeneous", "o"), ("homogeneous", "s")):
+        for arm in CURVE_ARMS:
+            seeds = [c for c in result.get("curves", []) if c["arm"] == arm and c["setting"] == setting]
+            if not seeds:
+                continue
+            for c in seeds:
+                ax.plot(c["cpu_seconds"], c["pass_at_1"], color=colors[arm], linewidth=0.6, alpha=0.4)
+            if len({len(c["cpu_seconds"]) for c in seeds}) == 1:
+                mean = [statistics.fmean(v) for v in zip(*(c["pass_at_1"] for c in seeds))]
+                cpu = [statistics.fmean(v) for v in zip(*(c["cpu_seconds"] for c in seeds))]
+                ax.plot(cpu, mean, color=colors[arm], linewidth=2, marker=marker, label=f"{arm} ({setting[:6]})")
+        for a in result["arms"]:
+            if a["setting"] != setting or a["name"].removesuffix("-long") in CURVE_ARMS:
+                continue
+            sd = statistics.stdev(a["pass_at_1_after"]) if len(a["pass_at_1_after"]) > 1 else 0.0
+            ax.errorbar([a["cpu_seconds"]], [statistics.fmean(a["pass_at_1_after"])], yerr=[sd], marker=marker,
+                        color=colors.get(a["name"], "black"), capsize=4, linestyle="none",
+                        label=f"{a['name']} ({setting[:6]}), {a['rounds']} rounds")
+    ax.set_xlabel("CPU-seconds per node")
+    ax.set_ylabel("held-out pass@1")
+    ax.set_title("At equal CPU: learning curves and the other arms")
+    ax.legend(fontsize=7)
