@@ -148,11 +148,13 @@ CURVE_ARMS = ("solo", "question")  # arms whose learning curve (from their -long
 
 def learning_curves(runs: list[dict[str, Any]], base: float) -> dict[tuple[str, str, int], list[tuple[float, float]]]:
     """Measured (CPU-seconds per node, held-out pass@1) points per (arm, setting, seed) for the CURVE_ARMS:
-    the start (0 CPU-s, the judge before), every run's end and every judge along a -long run."""
+    the start (0 CPU-s, the judge before) and every judge along their -long run. Only the -long runs: a
+    curve's points share one run's conditions (CPU time inflates when other work shares the cores, and
+    runs of one arm made on other days with other neighbours measured 30 rounds at 183 and at 277 CPU-s)."""
     curves: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     for run_ in runs:
         name = run_["arm"].removesuffix("-long")
-        if name not in CURVE_ARMS:
+        if name not in CURVE_ARMS or not run_["arm"].endswith("-long"):
             continue
         points = curves.setdefault((name, run_["setting"], run_["seed"]), [(0.0, base)])
         for mark in [*run_.get("midway", []), run_]:
