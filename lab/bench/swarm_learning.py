@@ -128,7 +128,11 @@ def summarize(work: Path) -> dict[str, Any]:
             "rounds": run_["rounds"], "nodes": run_["nodes"],
             "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
                               for name in nodes[0]["per_specialty_pass_at_1"]},
-            "solved": _solved_by_question(nodes)}
+            "solved": _solved_by_question(nodes),
+            # read at equal CPU only beside the curves' own batch: runs made since the bench kept judges along
+            # the way ("midway") ran beside the long arms; older ones beside other work (inflated CPU time)
+            "judged": [(statistics.fmean(m["cpu_seconds"]), statistics.fmean(j["pass_at_1"] for j in m["after"]))
+                       for m in [*run_["midway"], run_]] if "midway" in run_ else []}
     curves = learning_curves(runs, base)
     arms = []
     for (setting, arm), per_seed in sorted(by.items()):
@@ -193,15 +197,20 @@ def curve_at(points: list[tuple[float, float]], cpu: float) -> float | None:
 
 def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, str, int], list[tuple[float, float]]],
               setting: str, against: str = "solo") -> dict[str, Any]:
-    """The arm against `against`'s curve at the same CPU-seconds per node, paired by seed (None where that
-    arm never ran so long): keys delta_vs_{against}_equal_cpu_{per_seed,mean,sd}."""
+    """The arm against `against`'s curve at the same CPU-seconds per node, paired by seed, at the arm's
+    latest judge inside that curve (a -long arm's end may lie a little past the other's: then its judge
+    before); None where none is inside. Keys delta_vs_{against}_equal_cpu_{per_seed,at_cpu,mean,sd}."""
     deltas: list[float | None] = []
+    at_cpu: list[float | None] = []
     for seed in sorted(per_seed):
-        at = curve_at(curves.get((against, setting, seed), []), per_seed[seed]["cpu_seconds"])
-        deltas.append(None if at is None else per_seed[seed]["pass_at_1"] - at)
+        curve = curves.get((against, setting, seed), [])
+        inside = [(cpu, value, curve_at(curve, cpu)) for cpu, value in per_seed[seed].get("judged", [])]
+        inside = [(cpu, value - at) for cpu, value, at in inside if at is not None]
+        deltas.append(inside[-1][1] if inside else None)
+        at_cpu.append(inside[-1][0] if inside else None)
     known = [d for d in deltas if d is not None]
     key = f"delta_vs_{against}_equal_cpu"
-    return {f"{key}_per_seed": deltas,
+    return {f"{key}_per_seed": deltas, f"{key}_at_cpu": at_cpu,
             f"{key}_mean": statistics.fmean(known) if len(known) == len(deltas) and known else None,
             f"{key}_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
 
@@ -316,9 +325,11 @@ def _equal_cpu_cell(arm: dict[str, Any], against: str = "solo") -> str:
     if arm["name"].removesuffix("-long") == against or not per:
         return "—"
     if arm.get(f"{key}_mean") is None:
-        return f"{against} never ran this long" if all(d is None for d in per) else f"some seeds: {against} never ran this long"
+        return f"not measured beside {against}'s curve" if all(d is None for d in per) else \
+            f"some seeds not measured beside {against}'s curve"
     sd = arm.get(f"{key}_sd")
-    seeds = ", ".join(f"{d:+.3f}" for d in per if d is not None)
+    at = arm.get(f"{key}_at_cpu") or [None] * len(per)
+    seeds = ", ".join(f"{d:+.3f} @ {c:.0f} s" for d, c in zip(per, at) if d is not None and c is not None)
     return f"{arm[f'{key}_mean']:+.4f}" + (f" ± {sd:.4f} ({seeds})" if sd is not None else " (one seed)")
 
 
@@ -333,7 +344,8 @@ def _curve_lines(result: dict[str, Any]) -> list[str]:
         points = ", ".join(f"{cpu:.0f} s -> {v:.3f}" for cpu, v in zip(c["cpu_seconds"], c["pass_at_1"]))
         lines.append(f"| {c['setting']} | {c['arm']} | {c['seed']} | {points} |")
     lines += ["", ("Each arm against those curves at its own CPU-seconds per node (paired by seed; linear between "
-                   "measured points, never beyond the longest run):"), "",
+                   "measured points, never beyond the longest run; only runs made beside the curves' runs, whose "
+                   "CPU time was measured under the same neighbours):"), "",
               "| setting | arm | CPU-s per node | Δ vs solo at equal CPU | Δ vs question at equal CPU |", "|---|---|---|---|---|"]
     for a in result["arms"]:
         lines.append(f"| {a['setting']} | {a['name']} | {a['cpu_seconds']:.0f} | {_equal_cpu_cell(a)} | "

@@ -27,11 +27,15 @@ def test_equal_cpu_reads_a_curve_between_measured_points_never_beyond() -> None:
     assert swarm_learning.curve_at(points, 710.0) is not None  # within 2% of the longest run
     assert swarm_learning.curve_at(points, 800.0) is None  # beyond it: not extrapolated
     curves = {("solo", "heterogeneous", 0): points, ("solo", "heterogeneous", 1): points}
-    arm = {0: {"pass_at_1": 0.23, "cpu_seconds": 502.5}, 1: {"pass_at_1": 0.17, "cpu_seconds": 305.0}}
+    arm = {0: {"judged": [(502.5, 0.23)]}, 1: {"judged": [(305.0, 0.17)]}}
     out = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "solo")
     assert [round(d, 6) for d in out["delta_vs_solo_equal_cpu_per_seed"]] == [0.03, 0.02]
     assert abs(out["delta_vs_solo_equal_cpu_mean"] - 0.025) < 1e-12
-    longer = swarm_learning.equal_cpu({0: {"pass_at_1": 0.3, "cpu_seconds": 900.0}}, curves, "heterogeneous")
+    assert out["delta_vs_solo_equal_cpu_at_cpu"] == [502.5, 305.0]
+    # a long arm whose end lies past the curve is read at its judge before, inside the curve
+    past = swarm_learning.equal_cpu({0: {"judged": [(305.0, 0.2), (750.0, 0.3)]}}, curves, "heterogeneous")
+    assert past["delta_vs_solo_equal_cpu_at_cpu"] == [305.0] and abs(past["delta_vs_solo_equal_cpu_mean"] - 0.05) < 1e-9
+    longer = swarm_learning.equal_cpu({0: {"judged": [(900.0, 0.3)]}}, curves, "heterogeneous")
     assert longer["delta_vs_solo_equal_cpu_per_seed"] == [None] and longer["delta_vs_solo_equal_cpu_mean"] is None
     no_curve = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "question")
     assert no_curve["delta_vs_question_equal_cpu_per_seed"] == [None, None]
