@@ -171,10 +171,12 @@ def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
 def _real_model_sharing(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
     """What a real model takes from a swarm when the command line does not say: one of its own I
     questions may be a peer's frontier question, answered here on-policy; no peers' answers. The
-    evidence (bench/swarm_learning.md, SmolLM2 swarms of 3 x 30 rounds, paired with the same nodes
-    alone): question sharing against solo on held-out pass@1 -0.005, +0.063 (homogeneous), +0.025
-    (heterogeneous), never below solo beyond the judge's noise (~0.02), while text sharing on SmolLM2
-    has only ever measured below solo (bench/real_learning.md: -0.028). `--external J` asks for text."""
+    evidence (bench/swarm_learning.md, SmolLM2 swarms of 3 nodes, paired with the same nodes alone by
+    seed, read at equal CPU-seconds on curves measured side by side): question sharing and text sharing
+    (J = 2 peers' answer groups) both end well above solo at the same CPU (solo's own groups stop
+    holding a right and a wrong answer, and its gain flattens), and neither ahead of the other beyond
+    the judge's noise; question sharing puts nothing of a peer's text in the loss (no text backdoor,
+    nothing for the repeated-text screen to wait on), so it is the default. `--external J` asks for text."""
     if args.solo or args.external is not None or sapo.num_external or sapo.num_suggested:
         return {}
     return {"num_suggested": 1}
