@@ -7,13 +7,14 @@ a round's groups arrive before the next round). What differs between arms is onl
 from the swarm:
 
   solo       nothing (the same N nodes, alone: the pairing for every other arm)
-  text       J peers' text groups (today's default sharing)
+  text       J peers' text groups (`--external J`; the app's default is question sharing)
   question   part of its own I questions from peers' frontier questions, answered by itself
   both       both
   adaptive   question sharing where each round's share of suggestions follows what they yielded
-  solo-long  solo for 2.5 times the rounds, judged after each multiple of them too: solo's learning curve,
-             so that an arm that costs more CPU per round (text: ~2.2x) meets solo at the same CPU-seconds,
-             measured, not extrapolated
+  solo-long, question-long
+             solo / question for 2.5 times the rounds, judged after each whole multiple of them too: their
+             learning curves, so that an arm that costs more CPU per round (text: ~1.5x solo's) meets them
+             at the same CPU-seconds, measured, not extrapolated
 
 Settings: homogeneous (every node the same specialties) and heterogeneous (node k trains on 2 of the
 4, and is judged on all 4). `python -m lab.bench.swarm_arm ARGS_JSON OUT_JSON`.
