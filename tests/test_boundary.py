@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ast
+import json
 import pkgutil
 import subprocess
 import sys
@@ -48,16 +48,12 @@ def test_cli_help_is_fast_and_lists_commands() -> None:
 QT_ROOTS = {"PySide6", "PyQt5", "PyQt6", "PySide2", "shiboken6", "pyqtgraph", "qasync"}
 
 
-def _imported_roots(path: Path) -> set[str]:
-    """Every module an `import` anywhere in the file names (in functions too: importing every module,
-    as above, cannot see imports that run only when a function is called)."""
-    roots = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+def _scan(kind: str, folder: str) -> dict[str, list[str]]:
+    """tests/import_scan.py over `folder`, in a fresh interpreter (why: that file's docstring)."""
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "import_scan.py"), kind, folder],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 # The one door: `sapo gui` starts the desktop app, and says so when Qt cannot load.
@@ -70,41 +66,14 @@ ALLOWED = {"engine/cli/gui.py": {"app"}}
     ("app", {"lab"}),  # the GUI ships without the lab too
 ])
 def test_no_import_crosses_a_boundary_even_inside_a_function(folder: str, forbidden: set[str]) -> None:
-    crossings = {}
-    for path in sorted((ROOT / folder).rglob("*.py")):
-        name = str(path.relative_to(ROOT))
-        crossings[name] = sorted(_imported_roots(path) & forbidden - ALLOWED.get(name, set()))
+    crossings = {name: sorted(set(roots) & forbidden - ALLOWED.get(name, set()))
+                 for name, roots in _scan("roots", folder).items()}
     assert {name: roots for name, roots in crossings.items() if roots} == {}
-
-
-def _private_names_used(path: Path) -> list[str]:
-    """Names starting with `_` that the file takes from engine/ or app/: imported, or read as an attribute
-    of an engine/app module or class it imported."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    product = {"engine", "app"}
-    bound: set[str] = set()
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in product:
-            for alias in node.names:
-                bound.add(alias.asname or alias.name)
-                if alias.name.startswith("_") or any(p.startswith("_") for p in node.module.split(".")):
-                    found.append(f"{node.module}.{alias.name}")
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in product:
-                    bound.add(alias.asname or alias.name.split(".")[0])
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in bound):
-            found.append(f"{node.value.id}.{node.attr}")
-    return found
 
 
 def test_the_lab_uses_only_the_products_public_names() -> None:
     """A bench that reaches into private names measures a copy of the product, not the product."""
-    used = {str(p.relative_to(ROOT)): _private_names_used(p) for p in sorted((ROOT / "lab").rglob("*.py"))}
-    assert {name: names for name, names in used.items() if names} == {}
+    assert {name: names for name, names in _scan("private", "lab").items() if names} == {}
 
 
 def test_every_error_the_engine_raises_on_purpose_shares_one_root() -> None:
