@@ -53,6 +53,14 @@ def node_specialties(setting: str, k: int, specialties: list[str]) -> list[str]:
     return [specialties[k % len(specialties)], specialties[(k + 1) % len(specialties)]]
 
 
+def own_outcomes(groups: Any) -> dict[str, float]:
+    """A round's own groups (suggested questions included) that gave no gradient, by why: every answer
+    right (the question is below the policy) or every answer wrong (above it)."""
+    flat = [g.rewards[0] for g in groups if g.rewards and not g.has_signal]
+    return {"own_all_right": float(sum(1 for r in flat if r >= 1.0 - 1e-6)),
+            "own_all_wrong": float(sum(1 for r in flat if r < 1.0 - 1e-6))}
+
+
 def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int, specialties: list[str],
           overrides: dict[str, Any]) -> Any:
     from engine.models.backends import load_for_node
@@ -108,7 +116,7 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
             history[k].append({key: float(m.get(key, 0.0)) for key in (
                 "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
                 "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text")}
-                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)})
+                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups))
         if r % 10 == 0 or r == 1:
             recent = [h for hist in history for h in hist[-10:]]
             print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "

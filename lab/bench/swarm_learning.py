@@ -129,6 +129,7 @@ def summarize(work: Path) -> dict[str, Any]:
             "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
                               for name in nodes[0]["per_specialty_pass_at_1"]},
             "solved": _solved_by_question(nodes),
+            "outcomes": own_outcomes_by_third(run_["history"]),
             # read at equal CPU only beside the curves' own batch: runs made since the bench kept judges along
             # the way ("midway") ran beside the long arms; older ones beside other work (inflated CPU time)
             "judged": [(statistics.fmean(m["cpu_seconds"]), statistics.fmean(j["pass_at_1"] for j in m["after"]))
@@ -215,6 +216,25 @@ def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, str, 
             f"{key}_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
 
 
+OUTCOMES = ("mixed", "all right", "all wrong")
+
+
+def own_outcomes_by_third(history: list[list[dict[str, float]]]) -> list[list[float]] | None:
+    """Per third of the rounds (first, middle, last): the shares of the nodes' own groups that were mixed,
+    all right and all wrong (None for runs made before the bench kept the last two)."""
+    if not history or not history[0] or "own_all_right" not in history[0][0]:
+        return None
+    n = len(history[0])
+    thirds = []
+    for lo, hi in ((0, n // 3), (n // 3, 2 * n // 3), (2 * n // 3, n)):
+        rows = [x for h in history for x in h[lo:hi]]
+        groups = sum(x["own_pick_groups"] + x["suggested_groups"] for x in rows)
+        mixed = sum(x["own_pick_mixed"] + x["suggested_mixed"] for x in rows)
+        right, wrong = (sum(x[key] for x in rows) for key in ("own_all_right", "own_all_wrong"))
+        thirds.append([v / groups for v in (mixed, right, wrong)] if groups else [0.0, 0.0, 0.0])
+    return thirds
+
+
 def _solved_by_question(nodes: list[dict[str, Any]]) -> list[float] | None:
     """Per judge question, the pass rate averaged over the nodes and the judge's repeats (None for runs
     judged before the judge kept per-question counts)."""
@@ -264,7 +284,16 @@ def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict
                         for k in per_seed[seeds[0]]["sources"]},
             "judge_se": statistics.fmean(judge_se(r) for r in rates) if rates else None,
             "pass_rate_histogram": [statistics.fmean(h) for h in zip(*(pass_rate_histogram(r) for r in rates))],
+            "own_outcomes_by_third": _mean_outcomes([per_seed[s]["outcomes"] for s in seeds]),
             "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]}
+
+
+def _mean_outcomes(per_seed: list[list[list[float]] | None]) -> list[list[float]] | None:
+    """The seeds' mean of own_outcomes_by_third, over the seeds that recorded it."""
+    known = [t for t in per_seed if t]
+    if not known:
+        return None
+    return [[statistics.fmean(t[third][k] for t in known) for k in range(len(OUTCOMES))] for third in range(3)]
 
 
 def signals(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -372,6 +401,7 @@ def _why_lines(result: dict[str, Any]) -> list[str]:
         for a in judged:
             lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
                          + f" | {a['judge_se']:.3f} |")
+    lines += _outcome_lines(result)
     s = result.get("signals") or {}
     if s.get("reward_gain_per_round_sd") is not None:
         lines += ["", (f"Signals for choosing a source: one round's own-reward gain moves by sd "
@@ -381,6 +411,22 @@ def _why_lines(result: dict[str, Any]) -> list[str]:
                           f"{s['suggested_mixed_rate_se']:.2f} ({s['suggested_groups']:.0f} groups) vs own picks "
                           f"{s['own_pick_mixed_rate']:.2f} ± {s['own_pick_mixed_rate_se']:.2f} "
                           f"({s['own_pick_groups']:.0f} groups), in the arms that take suggestions.")
+    return lines
+
+
+def _outcome_lines(result: dict[str, Any]) -> list[str]:
+    """Why own groups stop giving a gradient: by thirds of the run, mixed / all right / all wrong."""
+    kept = [a for a in result["arms"] if a.get("own_outcomes_by_third")]
+    if not kept:
+        return []
+    lines = ["", ("Own groups by outcome (suggested questions included), first / middle / last third of the rounds: "
+                  "mixed groups train; all right is a question below the policy, all wrong one above it "
+                  "(arms run since the bench recorded it):"), "",
+             "| setting | arm | " + " | ".join(OUTCOMES) + " |", "|---|---|" + "---|" * len(OUTCOMES)]
+    for a in kept:
+        thirds = a["own_outcomes_by_third"]
+        lines.append(f"| {a['setting']} | {a['name']} | "
+                     + " | ".join(" / ".join(f"{t[k]:.2f}" for t in thirds) for k in range(len(OUTCOMES))) + " |")
     return lines
 
 

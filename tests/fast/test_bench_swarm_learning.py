@@ -41,6 +41,18 @@ def test_equal_cpu_reads_a_curve_between_measured_points_never_beyond() -> None:
     assert no_curve["delta_vs_question_equal_cpu_per_seed"] == [None, None]
 
 
+def test_own_groups_are_split_by_outcome_per_third_of_the_run() -> None:
+    def row(mixed: int, right: int, wrong: int) -> dict[str, float]:
+        return {"own_pick_groups": 1.0, "suggested_groups": 1.0, "own_pick_mixed": float(min(mixed, 1)),
+                "suggested_mixed": float(max(mixed - 1, 0)), "own_all_right": float(right), "own_all_wrong": float(wrong)}
+    # two nodes, six rounds: all mixed early, half all-wrong midway, all right at the end
+    node = [row(2, 0, 0), row(2, 0, 0), row(1, 0, 1), row(1, 0, 1), row(0, 2, 0), row(0, 2, 0)]
+    thirds = swarm_learning.own_outcomes_by_third([node, node])
+    assert thirds == [[1.0, 0.0, 0.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]]
+    old = [[{k: v for k, v in r.items() if not k.startswith("own_all")} for r in node]]
+    assert swarm_learning.own_outcomes_by_third(old) is None  # runs made before the bench recorded it
+
+
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
     opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "solo-long"],
             "settings": ["heterogeneous"], "judge_per_specialty": 1, "eval_k": 2, "work_dir": str(tmp_path / "w")}
@@ -60,6 +72,8 @@ def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> No
             assert key in arm
         assert arm["seeds"] == [0] and arm["cpu_seconds"] > 0 and arm["nodes"] == 2 and arm["rounds"] == 2
         assert "delta_vs_solo_equal_cpu_mean" in arm
+    for third in by[("heterogeneous", "solo-long")]["own_outcomes_by_third"][1:]:  # every own group has one outcome
+        assert abs(sum(third) - 1.0) < 1e-9
     assert by[("heterogeneous", "solo")]["delta_vs_solo_mean"] == 0.0
     both = by[("heterogeneous", "both")]
     assert both["delta_vs_solo_per_seed"] == [both["pass_at_1_after"][0] - by[("heterogeneous", "solo")]
