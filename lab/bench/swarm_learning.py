@@ -474,9 +474,12 @@ def _plot_curves(ax: Any, result: dict[str, Any]) -> None:
             if a["setting"] != setting or a["name"].removesuffix("-long") in CURVE_ARMS:
                 continue
             sd = statistics.stdev(a["pass_at_1_after"]) if len(a["pass_at_1_after"]) > 1 else 0.0
+            beside = a.get("delta_vs_solo_equal_cpu_mean") is not None  # CPU time measured beside the curves
+            color = colors.get(a["name"], "black")
             ax.errorbar([a["cpu_seconds"]], [statistics.fmean(a["pass_at_1_after"])], yerr=[sd], marker=marker,
-                        color=colors.get(a["name"], "black"), capsize=4, linestyle="none",
-                        label=f"{a['name']} ({setting[:6]}), {a['rounds']} rounds")
+                        color=color, markerfacecolor=color if beside else "none", capsize=4, linestyle="none",
+                        label=f"{a['name']} ({setting[:6]}), {a['rounds']} rounds"
+                              + ("" if beside else ", CPU measured beside other work"))
     ax.set_xlabel("CPU-seconds per node")
     ax.set_ylabel("held-out pass@1")
     ax.set_title("At equal CPU: learning curves and the other arms")
