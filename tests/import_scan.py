@@ -1,7 +1,6 @@
 """What a file imports and which private product names it uses, read from its syntax tree.
 
-Run as a script (`python tests/import_scan.py roots|private FOLDER`) it prints JSON for every .py file under
-FOLDER. The boundary tests run it in a fresh interpreter: CPython 3.11's AST constructor keeps one
+The boundary tests call `scan` in a fresh interpreter: CPython 3.11's AST constructor keeps one
 recursion counter per interpreter, and a parse that failed or ran in another thread earlier in a long
 pytest process leaves it off, so a later `ast.parse` raises "AST constructor recursion depth mismatch"
 (cpython gh-106905); a new process starts with the counter at zero.
@@ -10,8 +9,6 @@ pytest process leaves it off, so a later `ast.parse` raises "AST constructor rec
 from __future__ import annotations
 
 import ast
-import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +55,3 @@ def scan(kind: str, folder: str) -> dict[str, list[str]]:
     read = {"roots": lambda p: sorted(imported_roots(p)), "private": private_names_used}[kind]
     return {str(p.relative_to(ROOT)): read(p) for p in sorted((ROOT / folder).rglob("*.py"))}
 
-
-if __name__ == "__main__":
-    print(json.dumps(scan(sys.argv[1], sys.argv[2])))

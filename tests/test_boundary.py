@@ -50,10 +50,8 @@ QT_ROOTS = {"PySide6", "PyQt5", "PyQt6", "PySide2", "shiboken6", "pyqtgraph", "q
 
 def _scan(kind: str, folder: str) -> dict[str, list[str]]:
     """tests/import_scan.py over `folder`, in a fresh interpreter (why: that file's docstring)."""
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "import_scan.py"), kind, folder],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return json.loads(_fresh_python(f"import json, sys; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
+                                    f"import import_scan; print(json.dumps(import_scan.scan({kind!r}, {folder!r})))"))
 
 
 # The one door: `sapo gui` starts the desktop app, and says so when Qt cannot load.
