@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.bench.real_arm import judge, judge_mix, train_mix
+from lab.bench.real_arm import SOLVED, judge, judge_mix, train_mix
 
 ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
     "solo": {"num_external": 0, "num_suggested": 0},
@@ -57,8 +57,8 @@ def own_outcomes(groups: Any) -> dict[str, float]:
     """A round's own groups (suggested questions included) that gave no gradient, by why: every answer
     right (the question is below the policy) or every answer wrong (above it)."""
     flat = [g.rewards[0] for g in groups if g.rewards and not g.has_signal]
-    return {"own_all_right": float(sum(1 for r in flat if r >= 1.0 - 1e-6)),
-            "own_all_wrong": float(sum(1 for r in flat if r < 1.0 - 1e-6))}
+    return {"own_all_right": float(sum(1 for r in flat if r >= SOLVED)),
+            "own_all_wrong": float(sum(1 for r in flat if r < SOLVED))}
 
 
 def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int, specialties: list[str],
