@@ -61,6 +61,21 @@ def own_outcomes(groups: Any) -> dict[str, float]:
             "own_all_wrong": float(sum(1 for r in flat if r < SOLVED))}
 
 
+def own_group_log(groups: Any, suggested: int) -> list[list[Any]]:
+    """Each own group of a round as [specialty, rung (-1: off the ladders), outcome, source]: outcome
+    "mixed", "right" or "wrong"; source "suggested" for the first `suggested` (peers' questions), else
+    "own_pick". Where a node's generation goes without a gradient, by specialty and difficulty."""
+    from engine.tasks.curriculum import rung_of
+
+    log = []
+    for k, g in enumerate(groups):
+        outcome = "mixed" if g.has_signal else "right" if g.rewards and g.rewards[0] >= SOLVED else "wrong"
+        rung = rung_of(g.ref.specialty, g.ref.config)
+        log.append([g.ref.specialty, -1 if rung is None else rung, outcome,
+                    "suggested" if k < suggested else "own_pick"])
+    return log
+
+
 def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int, specialties: list[str],
           overrides: dict[str, Any]) -> Any:
     from engine.models.backends import load_for_node
@@ -116,7 +131,8 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
             history[k].append({key: float(m.get(key, 0.0)) for key in (
                 "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
                 "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text")}
-                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups))
+                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
+                | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)))})
         if r % 10 == 0 or r == 1:
             recent = [h for hist in history for h in hist[-10:]]
             print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "
