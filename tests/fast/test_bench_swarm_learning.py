@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lab.bench import swarm_learning
+from lab.bench import swarm_learning, swarm_why
 from lab.bench.swarm_arm import node_specialties
 
 
@@ -47,10 +47,10 @@ def test_own_groups_are_split_by_outcome_per_third_of_the_run() -> None:
                 "suggested_mixed": float(max(mixed - 1, 0)), "own_all_right": float(right), "own_all_wrong": float(wrong)}
     # two nodes, six rounds: all mixed early, half all-wrong midway, all right at the end
     node = [row(2, 0, 0), row(2, 0, 0), row(1, 0, 1), row(1, 0, 1), row(0, 2, 0), row(0, 2, 0)]
-    thirds = swarm_learning.own_outcomes_by_third([node, node])
+    thirds = swarm_why.own_outcomes_by_third([node, node])
     assert thirds == [[1.0, 0.0, 0.0], [0.5, 0.0, 0.5], [0.0, 1.0, 0.0]]
     old = [[{k: v for k, v in r.items() if not k.startswith("own_all")} for r in node]]
-    assert swarm_learning.own_outcomes_by_third(old) is None  # runs made before the bench recorded it
+    assert swarm_why.own_outcomes_by_third(old) is None  # runs made before the bench recorded it
 
 
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:

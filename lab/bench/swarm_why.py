@@ -1,0 +1,109 @@
+"""Why an arm of `sapo bench swarm-learning` learned what it did: per judge question, per specialty, and
+where each node's own generation went without a gradient (mixed / all right / all wrong, by third of
+the run, by specialty and rung)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+OUTCOMES = ("mixed", "all right", "all wrong")
+
+
+def own_outcomes_by_third(history: list[list[dict[str, float]]]) -> list[list[float]] | None:
+    """Per third of the rounds (first, middle, last): the shares of the nodes' own groups that were mixed,
+    all right and all wrong (None for runs made before the bench kept the last two)."""
+    if not history or not history[0] or "own_all_right" not in history[0][0]:
+        return None
+    n = len(history[0])
+    thirds = []
+    for lo, hi in ((0, n // 3), (n // 3, 2 * n // 3), (2 * n // 3, n)):
+        rows = [x for h in history for x in h[lo:hi]]
+        groups = sum(x["own_pick_groups"] + x["suggested_groups"] for x in rows)
+        mixed = sum(x["own_pick_mixed"] + x["suggested_mixed"] for x in rows)
+        right, wrong = (sum(x[key] for x in rows) for key in ("own_all_right", "own_all_wrong"))
+        thirds.append([v / groups for v in (mixed, right, wrong)] if groups else [0.0, 0.0, 0.0])
+    return thirds
+
+
+def solved_by_question(nodes: list[dict[str, Any]]) -> list[float] | None:
+    """Per judge question, the pass rate averaged over the nodes and the judge's repeats (None for runs
+    judged before the judge kept per-question counts)."""
+    lists = [r["solved"] for j in nodes for r in j["repeats"] if r.get("solved")]
+    if not lists or len({len(x) for x in lists}) != 1:
+        return None
+    k = nodes[0]["k"]
+    return [statistics.fmean(x[i] for x in lists) / k for i in range(len(lists[0]))]
+
+
+def judge_se(rates: list[float]) -> float:
+    """The judge's standard error on a pass@1 from per-question pass rates: questions differ far more
+    than samples of one question, so the spread across questions is what bounds the estimate."""
+    return statistics.stdev(rates) / len(rates) ** 0.5 if len(rates) > 1 else 0.0
+
+
+HISTOGRAM_BINS = ("never", "under 1/3", "1/3 to 2/3", "over 2/3", "always")
+
+
+def pass_rate_histogram(rates: list[float]) -> list[float]:
+    """Share of judge questions by pass rate (averaged over nodes and repeats), in HISTOGRAM_BINS."""
+    counts = [0] * len(HISTOGRAM_BINS)
+    for r in rates:
+        counts[0 if r <= 0 else 4 if r >= 1 else 1 + min(2, int(r * 3))] += 1
+    return [c / len(rates) for c in counts] if rates else []
+
+
+def mean_outcomes(per_seed: list[list[list[float]] | None]) -> list[list[float]] | None:
+    """The seeds' mean of own_outcomes_by_third, over the seeds that recorded it."""
+    known = [t for t in per_seed if t]
+    if not known:
+        return None
+    return [[statistics.fmean(t[third][k] for t in known) for k in range(len(OUTCOMES))] for third in range(3)]
+
+
+def why_lines(result: dict[str, Any]) -> list[str]:
+    """Where a difference comes from: per specialty, per question, and which signal could steer it."""
+    lines = ["", "Δ vs solo per specialty (held-out pass@1, paired by seed):", ""]
+    names = sorted({n for a in result["arms"] for n in a.get("delta_vs_solo_per_specialty", {})})
+    lines += ["| setting | arm | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for a in result["arms"]:
+        per = a.get("delta_vs_solo_per_specialty") or {}
+        if a["name"] != "solo" and per:
+            lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{per.get(n, 0.0):+.3f}" for n in names)
+                         + " |")
+    judged = [a for a in result["arms"] if a.get("pass_rate_histogram")]
+    if judged:
+        lines += ["", ("Judge questions by pass rate after training (share of questions; the judge's standard "
+                  "error on pass@1 from the spread across questions):"), "",
+                  "| setting | arm | " + " | ".join(HISTOGRAM_BINS) + " | judge SE |",
+                  "|---|---|" + "---|" * (len(HISTOGRAM_BINS) + 1)]
+        for a in judged:
+            lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
+                         + f" | {a['judge_se']:.3f} |")
+    lines += outcome_lines(result)
+    s = result.get("signals") or {}
+    if s.get("reward_gain_per_round_sd") is not None:
+        lines += ["", (f"Signals for choosing a source: one round's own-reward gain moves by sd "
+                       f"{s['reward_gain_per_round_sd']:.3f} around {s['reward_gain_per_round_mean']:+.3f}")]
+        if s.get("suggested_mixed_rate") is not None and s.get("own_pick_mixed_rate") is not None:
+            lines[-1] += (f"; mixed per group: suggested {s['suggested_mixed_rate']:.2f} ± "
+                          f"{s['suggested_mixed_rate_se']:.2f} ({s['suggested_groups']:.0f} groups) vs own picks "
+                          f"{s['own_pick_mixed_rate']:.2f} ± {s['own_pick_mixed_rate_se']:.2f} "
+                          f"({s['own_pick_groups']:.0f} groups), in the arms that take suggestions.")
+    return lines
+
+
+def outcome_lines(result: dict[str, Any]) -> list[str]:
+    """Why own groups stop giving a gradient: by thirds of the run, mixed / all right / all wrong."""
+    kept = [a for a in result["arms"] if a.get("own_outcomes_by_third")]
+    if not kept:
+        return []
+    lines = ["", ("Own groups by outcome (suggested questions included), first / middle / last third of the rounds: "
+                  "mixed groups train; all right is a question below the policy, all wrong one above it "
+                  "(arms run since the bench recorded it):"), "",
+             "| setting | arm | " + " | ".join(OUTCOMES) + " |", "|---|---|" + "---|" * len(OUTCOMES)]
+    for a in kept:
+        thirds = a["own_outcomes_by_third"]
+        lines.append(f"| {a['setting']} | {a['name']} | "
+                     + " | ".join(" / ".join(f"{t[k]:.2f}" for t in thirds) for k in range(len(OUTCOMES))) + " |")
+    return lines
