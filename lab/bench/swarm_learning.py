@@ -131,6 +131,7 @@ def summarize(work: Path) -> dict[str, Any]:
                               for name in nodes[0]["per_specialty_pass_at_1"]},
             "solved": swarm_why.solved_by_question(nodes),
             "outcomes": swarm_why.own_outcomes_by_third(run_["history"]),
+            "by_specialty": swarm_why.last_third_by_specialty(run_["history"]),
             # read at equal CPU only beside the curves' own batch: runs made since the bench kept judges along
             # the way ("midway") ran beside the long arms; older ones beside other work (inflated CPU time)
             "judged": [(statistics.fmean(m["cpu_seconds"]), statistics.fmean(j["pass_at_1"] for j in m["after"]))
@@ -242,6 +243,7 @@ def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict
             "pass_rate_histogram": [statistics.fmean(h)
                                     for h in zip(*(swarm_why.pass_rate_histogram(r) for r in rates))],
             "own_outcomes_by_third": swarm_why.mean_outcomes([per_seed[s]["outcomes"] for s in seeds]),
+            "own_groups_by_specialty_last_third": swarm_why.merge_counts([per_seed[s]["by_specialty"] for s in seeds]),
             "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]}
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from engine.tasks.curriculum import entry_rung
+
 OUTCOMES = ("mixed", "all right", "all wrong")
 
 
@@ -61,6 +63,38 @@ def mean_outcomes(per_seed: list[list[list[float]] | None]) -> list[list[float]]
     return [[statistics.fmean(t[third][k] for t in known) for k in range(len(OUTCOMES))] for third in range(3)]
 
 
+def last_third_by_specialty(history: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]] | None:
+    """Counts of the nodes' own groups in the last third of the rounds, per specialty: groups, mixed,
+    right (all right), wrong (all wrong), and the sum of their rungs above the entry rung (None for runs
+    made before the bench logged each own group)."""
+    if not history or not history[0] or "own_groups" not in history[0][0]:
+        return None
+    n = len(history[0])
+    counts: dict[str, dict[str, float]] = {}
+    for node in history:
+        for row in node[2 * n // 3:]:
+            for specialty, rung, outcome, _source in row["own_groups"]:
+                c = counts.setdefault(specialty, dict.fromkeys(("groups", "mixed", "right", "wrong", "rungs"), 0.0))
+                c["groups"] += 1
+                c[outcome] += 1
+                c["rungs"] += rung - entry_rung(specialty) if rung >= 0 else 0
+    return counts
+
+
+def merge_counts(per_seed: list[dict[str, dict[str, float]] | None]) -> dict[str, dict[str, float]] | None:
+    """The seeds' last_third_by_specialty added up, over the seeds that logged it."""
+    known = [c for c in per_seed if c]
+    if not known:
+        return None
+    total: dict[str, dict[str, float]] = {}
+    for counts in known:
+        for specialty, c in counts.items():
+            into = total.setdefault(specialty, dict.fromkeys(c, 0.0))
+            for key, value in c.items():
+                into[key] += value
+    return dict(sorted(total.items()))
+
+
 def why_lines(result: dict[str, Any]) -> list[str]:
     """Where a difference comes from: per specialty, per question, and which signal could steer it."""
     lines = ["", "Δ vs solo per specialty (held-out pass@1, paired by seed):", ""]
@@ -80,7 +114,7 @@ def why_lines(result: dict[str, Any]) -> list[str]:
         for a in judged:
             lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
                          + f" | {a['judge_se']:.3f} |")
-    lines += outcome_lines(result)
+    lines += outcome_lines(result) + specialty_outcome_lines(result)
     s = result.get("signals") or {}
     if s.get("reward_gain_per_round_sd") is not None:
         lines += ["", (f"Signals for choosing a source: one round's own-reward gain moves by sd "
@@ -106,4 +140,22 @@ def outcome_lines(result: dict[str, Any]) -> list[str]:
         thirds = a["own_outcomes_by_third"]
         lines.append(f"| {a['setting']} | {a['name']} | "
                      + " | ".join(" / ".join(f"{t[k]:.2f}" for t in thirds) for k in range(len(OUTCOMES))) + " |")
+    return lines
+
+
+def specialty_outcome_lines(result: dict[str, Any]) -> list[str]:
+    """Where the last third's own groups without a gradient come from: per specialty, mixed / all
+    right / all wrong, and how many rungs above the entry rung the node was asking on average."""
+    kept = [a for a in result["arms"] if a.get("own_groups_by_specialty_last_third")]
+    if not kept:
+        return []
+    lines = ["", ("Own groups in the last third of the rounds by specialty: mixed / all right / all wrong (share of "
+                  "that specialty's groups, all seeds and nodes), groups, and the mean rung above the entry rung "
+                  "the curriculum asked at (negative: easier than the judge):"), "",
+             "| setting | arm | specialty | mixed / right / wrong | groups | rung vs entry |", "|---|---|---|---|---|---|"]
+    for a in kept:
+        for specialty, c in a["own_groups_by_specialty_last_third"].items():
+            g = max(c["groups"], 1.0)
+            lines.append(f"| {a['setting']} | {a['name']} | {specialty} | {c['mixed'] / g:.2f} / {c['right'] / g:.2f} / "
+                         f"{c['wrong'] / g:.2f} | {c['groups']:.0f} | {c['rungs'] / g:+.2f} |")
     return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from engine.tasks.curriculum import entry_rung
 from lab.bench import swarm_learning, swarm_why
 from lab.bench.swarm_arm import node_specialties
 
@@ -53,6 +54,22 @@ def test_own_groups_are_split_by_outcome_per_third_of_the_run() -> None:
     assert swarm_why.own_outcomes_by_third(old) is None  # runs made before the bench recorded it
 
 
+def test_last_third_own_groups_are_counted_by_specialty_and_rung() -> None:
+    entry = entry_rung("basic_arithmetic")
+    early = {"own_groups": [["basic_arithmetic", entry, "mixed", "own_pick"]]}
+    late = {"own_groups": [["basic_arithmetic", entry + 2, "wrong", "own_pick"],
+                           ["basic_arithmetic", entry, "right", "suggested"], ["custom", -1, "mixed", "own_pick"]]}
+    counts = swarm_why.last_third_by_specialty([[early, early, late], [early, early, late]])
+    assert counts == {"basic_arithmetic": {"groups": 4, "mixed": 0, "right": 2, "wrong": 2, "rungs": 4},
+                      "custom": {"groups": 2, "mixed": 2, "right": 0, "wrong": 0, "rungs": 0}}
+    merged = swarm_why.merge_counts([counts, None, counts])  # a seed run before the bench logged groups
+    assert merged is not None and merged["basic_arithmetic"]["wrong"] == 4
+    assert swarm_why.last_third_by_specialty([[{"reward_mean": 0.5}]]) is None
+    lines = swarm_why.specialty_outcome_lines({"arms": [{"setting": "homogeneous", "name": "solo-long",
+                                                         "own_groups_by_specialty_last_third": merged}]})
+    assert "| homogeneous | solo-long | basic_arithmetic | 0.00 / 0.50 / 0.50 | 8 | +1.00 |" in lines
+
+
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
     opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "solo-long"],
             "settings": ["heterogeneous"], "judge_per_specialty": 1, "eval_k": 2, "work_dir": str(tmp_path / "w")}
@@ -74,6 +91,9 @@ def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> No
         assert "delta_vs_solo_equal_cpu_mean" in arm
     for third in by[("heterogeneous", "solo-long")]["own_outcomes_by_third"][1:]:  # every own group has one outcome
         assert abs(sum(third) - 1.0) < 1e-9
+    last = by[("heterogeneous", "solo-long")]["own_groups_by_specialty_last_third"]  # rounds 4-5 of 5, 2 nodes, I = 2
+    assert sum(c["groups"] for c in last.values()) == 2 * 2 * 2
+    assert all(c["mixed"] + c["right"] + c["wrong"] == c["groups"] for c in last.values())
     assert by[("heterogeneous", "solo")]["delta_vs_solo_mean"] == 0.0
     both = by[("heterogeneous", "both")]
     assert both["delta_vs_solo_per_seed"] == [both["pass_at_1_after"][0] - by[("heterogeneous", "solo")]
