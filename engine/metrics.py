@@ -113,6 +113,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("external_implausible", "Peers' answers left out of the update because this model found them "
            "implausible (too unlikely under it to have come from a model like it).", "answers", None),
     Metric("external_repeated_text", "Peers' answers the repeated-text screen removed.", "answers", None),
+    Metric("replayed_groups", "Of this node's own questions this round, those asked again because they were at "
+           "its frontier lately (a right and a wrong answer here).", "groups", None),
     Metric("external_j", "How many peers' groups this round could train on (J).", "groups", None),
     Metric("external_pending", "Peers' groups not judged yet, waiting for a later round.", "groups", None),
     Metric("eval_due_in_s", "Training seconds until the next held-out check (the dashboard's \"next check "

@@ -65,6 +65,9 @@ class SapoConfig:
     # True: num_suggested is the most a round takes, and how many it takes follows what each source has
     # yielded here (mixed groups per CPU-second, sapo/source_choice.py); False: always num_suggested
     adaptive_sources: bool = False
+    # Of the I own questions left after suggestions, how many re-ask one of this node's own recent frontier
+    # questions (its group here held a right and a wrong answer), each at most twice (sapo/replay.py)
+    num_replay: int = 0
     completions: int = 8  # L: completions per question (GRPO group size), >= 2
     lr: float = 1e-4  # Adam learning rate (the pilot: 1e-4 learned, 3e-4 collapsed the seed)
     adam_beta1: float = 0.9  # Adam first-moment decay
@@ -142,6 +145,7 @@ class SapoConfig:
             raise ValueError("num_local + num_external must be >= 1")
         _int("num_suggested", self.num_suggested, 0, self.num_local)
         _int("suggested_per_origin", self.suggested_per_origin, 1, 256)
+        _int("num_replay", self.num_replay, 0, self.num_local)
         if not isinstance(self.adaptive_sources, bool):
             raise ValueError("adaptive_sources must be true or false")  # noqa: TRY004 (ValueError for every bad input)
         _int("completions", self.completions, 2, 64)

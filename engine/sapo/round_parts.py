@@ -12,6 +12,7 @@ from engine.evaluation import EvalReport
 from engine.models.generate import Completion
 from engine.sapo.frontier import source_metrics
 from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.replay import ReplayEntry
 from engine.sapo.rows import LocalGroup, rollout_metrics
 from engine.sapo.sampler import has_signal
 from engine.sapo.update import TrainRow, UpdateStats
@@ -45,6 +46,7 @@ class Asked:
     """The round's I questions and the policy's L answers to each."""
 
     suggested: list[VerifiedGroup]  # peers' groups taken for their question (asked first)
+    replayed: list[tuple[str, ReplayEntry]]  # own frontier questions asked again (next), by question hash
     external: Sequence[VerifiedGroup]  # the rest of the peers' groups: candidates for text training
     questions: list[Question]  # suggested questions, then own draws
     prompts: list[str]  # [I] rendered prompts

@@ -30,6 +30,7 @@ from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, First
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
+from engine.sapo.replay import FrontierReplay
 from engine.sapo.reputation import Reputation
 from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, round_metrics
 from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
@@ -72,6 +73,7 @@ class Trainer:
         self.reputation = Reputation(cfg.reputation)
         self._recent_questions = RecentQuestions()  # asked here lately: not worth a peer's suggestion
         self.sources = SourceChoice()  # what own picks and suggestions yielded here (cfg.adaptive_sources)
+        self.replay = FrontierReplay()  # own recent frontier questions (cfg.num_replay)
         if hasattr(self.sampler, "reputation"):
             self.sampler.reputation = self.reputation
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
@@ -121,7 +123,8 @@ class Trainer:
         metrics, per_spec = round_metrics(scored.local, plan.kept, len(asked.suggested), plan.peer_text, stats,
                                           (t0, t_gen, t_score, t_upd), self._lib.format_reward)
         metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
-                       external_j=float(plan.j), external_pending=float(plan.pending))
+                       external_j=float(plan.j), external_pending=float(plan.pending),
+                       replayed_groups=float(len(asked.replayed)))
         self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
@@ -145,7 +148,9 @@ class Trainer:
         if suggested:
             taken = {id(v) for v in suggested}
             external = [v for v in external if id(v) not in taken]
-        refs = mix.sample_refs(self.rng, cfg.num_local - len(suggested), cfg.dataset_seed)
+        replayed = self.replay.draw(min(cfg.num_replay, cfg.num_local - len(suggested)), self.rng)
+        refs = [entry.ref for _, entry in replayed]
+        refs += mix.sample_refs(self.rng, cfg.num_local - len(suggested) - len(replayed), cfg.dataset_seed)
         questions = [v.question for v in suggested] + [self._lib.regenerate(r) for r in refs]
         prompts = [self.prompt(q) for q in questions]
         self._emit(WorkProgress(phase="generating", round=round_no, total=len(prompts) * cfg.completions,
@@ -154,7 +159,7 @@ class Trainer:
         gen_version = self.generator.sync(self.model, self.policy_version)  # the weights that sample this round
         samples = self.generator.generate(self.model, self.tokenizer, prompts, cfg.completions, cfg.sampling,
                                           seed=gen_seed)
-        return Asked(suggested, external, questions, prompts, samples, gen_version)
+        return Asked(suggested, replayed, external, questions, prompts, samples, gen_version)
 
     def _score(self, round_no: int, asked: Asked) -> Scored:
         """Score every own completion locally, once as correctness and once shaped for training; the
@@ -169,13 +174,24 @@ class Trainer:
             group = score_group(group, q, self.reward_fn)
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
-            if k >= len(asked.suggested):  # a peer's question may sit at another rung than ours
-                self.curriculum.observe(q.specialty, group.rewards or ())
+            self._observe_own(k, asked, q, group)
             self.repeated_text.observe_own(group.completions, q.text)
             self._recent_questions.add(q.hash)
         for v, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
             self.reputation.record(v.group.provenance.origin_peer, flagged=not has_signal([lg.group])[0])
         return Scored(weight, local, shaped)
+
+    def _observe_own(self, k: int, asked: Asked, question: Any, group: RolloutGroup) -> None:
+        """The curriculum learns from fresh own draws only: a peer's question, or one of ours asked again,
+        may sit at another rung than the current one. The replay buffer keeps what came back mixed."""
+        fresh = k - len(asked.suggested) - len(asked.replayed)
+        if fresh >= 0:
+            self.curriculum.observe(question.specialty, group.rewards or ())
+            if self.cfg.num_replay:
+                self.replay.observe_fresh(question.hash, question.ref, group.has_signal)
+        elif k >= len(asked.suggested):
+            key, entry = asked.replayed[k - len(asked.suggested)]
+            self.replay.observe_replayed(key, entry, group.has_signal)
 
     def _plan_update(self, external: Sequence[VerifiedGroup], scored: Scored) -> UpdatePlan:
         """Pick the own groups with signal and draw J peers' groups -> the rows the update trains on."""
