@@ -11,6 +11,9 @@ from the swarm:
   question   part of its own I questions from peers' frontier questions, answered by itself
   both       both
   adaptive   question sharing where each round's share of suggestions follows what they yielded
+  replay     alone, but one of the I questions re-asks one of its own recent frontier questions
+  question-replay
+             question sharing and replay: what a peer's question adds beyond a node's own frontier
   solo-long, question-long
              solo / question for 2.5 times the rounds, judged after each whole multiple of them too: their
              learning curves, so that an arm that costs more CPU per round (text: ~1.5x solo's) meets them
@@ -39,6 +42,8 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     "both": {"num_external": 2, "num_suggested": 1},
     # how many of the I = 2 own questions are peers' suggestions, 0-2, follows each source's yield here
     "adaptive": {"num_external": 0, "num_suggested": 2, "adaptive_sources": True},
+    "replay": {"num_external": 0, "num_suggested": 0, "num_replay": 1},
+    "question-replay": {"num_external": 0, "num_suggested": 1, "num_replay": 1},
     "solo-long": {"num_external": 0, "num_suggested": 0},
     "question-long": {"num_external": 0, "num_suggested": 1},
 }
@@ -61,18 +66,19 @@ def own_outcomes(groups: Any) -> dict[str, float]:
             "own_all_wrong": float(sum(1 for r in flat if r < SOLVED))}
 
 
-def own_group_log(groups: Any, suggested: int) -> list[list[Any]]:
+def own_group_log(groups: Any, suggested: int, replayed: int = 0) -> list[list[Any]]:
     """Each own group of a round as [specialty, rung (-1: off the ladders), outcome, source]: outcome
-    "mixed", "right" or "wrong"; source "suggested" for the first `suggested` (peers' questions), else
-    "own_pick". Where a node's generation goes without a gradient, by specialty and difficulty."""
+    "mixed", "right" or "wrong"; source "suggested" for the first `suggested` (peers' questions),
+    "replay" for the next `replayed` (own questions asked again), else "own_pick". Where a node's
+    generation goes without a gradient, by specialty and difficulty."""
     from engine.tasks.curriculum import rung_of
 
     log = []
     for k, g in enumerate(groups):
         outcome = "mixed" if g.has_signal else "right" if g.rewards and g.rewards[0] >= SOLVED else "wrong"
         rung = rung_of(g.ref.specialty, g.ref.config)
-        log.append([g.ref.specialty, -1 if rung is None else rung, outcome,
-                    "suggested" if k < suggested else "own_pick"])
+        source = "suggested" if k < suggested else "replay" if k < suggested + replayed else "own_pick"
+        log.append([g.ref.specialty, -1 if rung is None else rung, outcome, source])
     return log
 
 
@@ -112,7 +118,7 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
         for _, loaded in built:
             loaded.generator.close()
         return {"before": before, "model": built[0][1].model_id, "backend": built[0][1].label}
-    sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0
+    sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0  # replay alone is not sharing
     swarm = InMemorySwarm([agent_identity(seed, k) for k in range(len(nodes))],
                           max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
     exchanges = [PoolExchange(swarm.pools[k], functools.partial(swarm.publish, k) if sharing else None)
@@ -132,7 +138,8 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
                 "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
                 "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text")}
                 | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
-                | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)))})
+                | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)),
+                                               int(m.get("replayed_groups", 0)))})
         if r % 10 == 0 or r == 1:
             recent = [h for hist in history for h in hist[-10:]]
             print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "

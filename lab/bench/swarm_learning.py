@@ -132,6 +132,7 @@ def summarize(work: Path) -> dict[str, Any]:
             "solved": swarm_why.solved_by_question(nodes),
             "outcomes": swarm_why.own_outcomes_by_third(run_["history"]),
             "by_specialty": swarm_why.last_third_by_specialty(run_["history"]),
+            "by_source": swarm_why.mixed_by_source(run_["history"]),
             # read at equal CPU only beside the curves' own batch: runs made since the bench kept judges along
             # the way ("midway") ran beside the long arms; older ones beside other work (inflated CPU time)
             "judged": [(statistics.fmean(m["cpu_seconds"]), statistics.fmean(j["pass_at_1"] for j in m["after"]))
@@ -244,6 +245,7 @@ def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict
                                     for h in zip(*(swarm_why.pass_rate_histogram(r) for r in rates))],
             "own_outcomes_by_third": swarm_why.mean_outcomes([per_seed[s]["outcomes"] for s in seeds]),
             "own_groups_by_specialty_last_third": swarm_why.merge_counts([per_seed[s]["by_specialty"] for s in seeds]),
+            "mixed_by_source": swarm_why.merge_source_counts([per_seed[s]["by_source"] for s in seeds]),
             "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]}
 
 
@@ -361,7 +363,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def _plot_curves(ax: Any, result: dict[str, Any]) -> None:
     """Held-out pass@1 against CPU-seconds per node: each curve arm's seeds (thin) and their mean (thick)
     per setting; every other arm as its seeds' mean with their spread."""
-    colors = {"solo": "#6b7280", "question": "#2563eb", "text": "#dc2626", "adaptive": "#059669", "both": "#7c3aed"}
+    colors = {"solo": "#6b7280", "question": "#2563eb", "text": "#dc2626", "adaptive": "#059669", "both": "#7c3aed",
+              "replay": "#d97706", "question-replay": "#0891b2"}
     for setting, marker in (("heterogeneous", "o"), ("homogeneous", "s")):
         for arm in CURVE_ARMS:
             seeds = [c for c in result.get("curves", []) if c["arm"] == arm and c["setting"] == setting]

@@ -81,6 +81,21 @@ def last_third_by_specialty(history: list[list[dict[str, Any]]]) -> dict[str, di
     return counts
 
 
+def mixed_by_source(history: list[list[dict[str, Any]]]) -> dict[str, list[int]] | None:
+    """Over the whole run, per source of own groups (own_pick, replay, suggested): [groups, mixed]. Does a
+    question asked again, or a peer's, come back with a gradient more often than a fresh draw?"""
+    if not history or not history[0] or "own_groups" not in history[0][0]:
+        return None
+    counts: dict[str, list[int]] = {}
+    for node in history:
+        for row in node:
+            for _specialty, _rung, outcome, source in row["own_groups"]:
+                c = counts.setdefault(source, [0, 0])
+                c[0] += 1
+                c[1] += outcome == "mixed"
+    return counts
+
+
 def merge_counts(per_seed: list[dict[str, dict[str, float]] | None]) -> dict[str, dict[str, float]] | None:
     """The seeds' last_third_by_specialty added up, over the seeds that logged it."""
     known = [c for c in per_seed if c]
@@ -93,6 +108,20 @@ def merge_counts(per_seed: list[dict[str, dict[str, float]] | None]) -> dict[str
             for key, value in c.items():
                 into[key] += value
     return dict(sorted(total.items()))
+
+
+def merge_source_counts(per_seed: list[dict[str, list[int]] | None]) -> dict[str, list[int]] | None:
+    """The seeds' mixed_by_source added up, over the seeds that logged it."""
+    known = [c for c in per_seed if c]
+    if not known:
+        return None
+    total: dict[str, list[int]] = {}
+    for counts in known:
+        for source, (groups, mixed) in counts.items():
+            into = total.setdefault(source, [0, 0])
+            into[0] += groups
+            into[1] += mixed
+    return total
 
 
 def why_lines(result: dict[str, Any]) -> list[str]:
@@ -114,7 +143,7 @@ def why_lines(result: dict[str, Any]) -> list[str]:
         for a in judged:
             lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
                          + f" | {a['judge_se']:.3f} |")
-    lines += outcome_lines(result) + specialty_outcome_lines(result)
+    lines += outcome_lines(result) + specialty_outcome_lines(result) + source_mixed_lines(result)
     s = result.get("signals") or {}
     if s.get("reward_gain_per_round_sd") is not None:
         lines += ["", (f"Signals for choosing a source: one round's own-reward gain moves by sd "
@@ -158,4 +187,18 @@ def specialty_outcome_lines(result: dict[str, Any]) -> list[str]:
             g = max(c["groups"], 1.0)
             lines.append(f"| {a['setting']} | {a['name']} | {specialty} | {c['mixed'] / g:.2f} / {c['right'] / g:.2f} / "
                          f"{c['wrong'] / g:.2f} | {c['groups']:.0f} | {c['rungs'] / g:+.2f} |")
+    return lines
+
+
+def source_mixed_lines(result: dict[str, Any]) -> list[str]:
+    """Per arm, how often each source's own groups held a right and a wrong answer (all seeds and nodes)."""
+    kept = [a for a in result["arms"] if a.get("mixed_by_source")]
+    if not kept:
+        return []
+    names = ("own_pick", "replay", "suggested")
+    lines = ["", "Own groups that were mixed, by where the question came from (mixed / groups, whole run):", "",
+             "| setting | arm | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for a in kept:
+        cells = [f"{c[1] / c[0]:.2f} ({c[0]})" if (c := a["mixed_by_source"].get(n)) and c[0] else "—" for n in names]
+        lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(cells) + " |")
     return lines

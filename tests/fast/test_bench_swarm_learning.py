@@ -70,14 +70,26 @@ def test_last_third_own_groups_are_counted_by_specialty_and_rung() -> None:
     assert "| homogeneous | solo-long | basic_arithmetic | 0.00 / 0.50 / 0.50 | 8 | +1.00 |" in lines
 
 
+def test_own_groups_are_counted_by_the_source_of_their_question() -> None:
+    row = {"own_groups": [["a", 0, "mixed", "replay"], ["a", 0, "wrong", "own_pick"], ["b", 0, "mixed", "own_pick"]]}
+    counts = swarm_why.mixed_by_source([[row, row], [row]])
+    assert counts == {"replay": [3, 3], "own_pick": [6, 3]}
+    merged = swarm_why.merge_source_counts([counts, None, counts])
+    assert merged == {"replay": [6, 6], "own_pick": [12, 6]}
+    lines = swarm_why.source_mixed_lines({"arms": [{"setting": "homogeneous", "name": "replay",
+                                                    "mixed_by_source": merged}]})
+    assert "| homogeneous | replay | 0.50 (12) | 1.00 (6) | — |" in lines
+
+
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
-    opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "solo-long"],
+    opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "replay", "solo-long"],
             "settings": ["heterogeneous"], "judge_per_specialty": 1, "eval_k": 2, "work_dir": str(tmp_path / "w")}
     result = swarm_learning.run(out_dir=tmp_path, **opts)
     saved = json.loads((tmp_path / "swarm_learning.json").read_text())
     assert saved == json.loads(json.dumps(result))
     by = {(a["setting"], a["name"]): a for a in saved["arms"]}
-    assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both"), ("heterogeneous", "solo-long")}
+    assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both"), ("heterogeneous", "replay"),
+                       ("heterogeneous", "solo-long")}
     # solo's curve: the long solo run trains 2.5x the rounds and is judged at each whole multiple too
     long_run = json.loads((tmp_path / "w" / "heterogeneous-solo-long-0.json").read_text())
     assert long_run["rounds"] == 5 and [m["round"] for m in long_run["midway"]] == [2, 4]
