@@ -66,7 +66,8 @@ class SapoConfig:
     # yielded here (mixed groups per CPU-second, sapo/source_choice.py); False: always num_suggested
     adaptive_sources: bool = False
     # Of the I own questions left after suggestions, how many re-ask one of this node's own recent frontier
-    # questions (its group here held a right and a wrong answer), each at most twice (sapo/replay.py)
+    # questions (its group here held a right and a wrong answer), each at most twice (sapo/replay.py);
+    # measured to lower held-out accuracy: 0 unless reproducing that control
     num_replay: int = 0
     completions: int = 8  # L: completions per question (GRPO group size), >= 2
     lr: float = 1e-4  # Adam learning rate (the pilot: 1e-4 learned, 3e-4 collapsed the seed)

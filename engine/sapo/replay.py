@@ -8,6 +8,13 @@ I own questions from its own recent mixed ones: on-policy, its own verifier, not
 This is also the control that tells whether a peer's suggested question pays for more than being a
 frontier question: the same node replaying its own.
 
+Measured (bench/swarm_learning.md, heterogeneous, 3 SmolLM2 nodes x 30 rounds, 3 seeds): replayed
+questions came back mixed 0.70 of the time against 0.42 for fresh ones, yet held-out pass@1 fell,
+-0.026 +/- 0.020 against the same nodes without replay and -0.068 +/- 0.005 against question sharing at
+equal CPU-seconds. More gradient on questions already seen teaches those questions, not the skill; a
+peer's frontier question pays because it is new here. So the default is 0, and a mixed group is not by
+itself a measure of what a source is worth (sapo/source_choice.py weighs only sources of new questions).
+
 Each question is re-asked at most `max_replays` times (then it is dropped: a few reads of a question
 teach it, many teach its answer) and only while it keeps coming back mixed. The buffer is bounded and
 forgets the oldest; it is not checkpointed (a restart refills it within a few rounds).

@@ -11,6 +11,12 @@ deviation of 0.35 around a mean of 0.017, in the solo and the question arm alike
 per group observes directly what a source gave: in the same runs suggested questions came back mixed
 18 of 24 times against 14 of 36 for own picks (0.75 vs 0.39, about 3 standard errors apart).
 
+The signal holds only between sources of questions new to this node: its own frontier questions asked
+again come back mixed far more often (0.70 vs 0.42) and teach less (held-out -0.026 against not
+asking them again, sapo/replay.py), so replays are not a source here. Peers' text groups are not one
+either: after the zero-advantage filter every one trained on is mixed, and at equal CPU-seconds text
+sharing and question sharing were within the judge's noise of each other (bench/swarm_learning.md).
+
 Thompson sampling on discounted Beta posteriors: each slot goes to the source whose sampled yield
 (mixed rate / seconds per group) is higher, so a source that stops paying is dropped within a few
 rounds and one that starts paying is tried again (the discount keeps the posteriors from hardening
