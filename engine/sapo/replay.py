@@ -17,7 +17,7 @@ itself a measure of what a source is worth (sapo/source_choice.py weighs only so
 
 Each question is re-asked at most `max_replays` times (then it is dropped: a few reads of a question
 teach it, many teach its answer) and only while it keeps coming back mixed. The buffer is bounded and
-forgets the oldest; it is not checkpointed (a restart refills it within a few rounds).
+forgets the oldest, and is checkpointed with the trainer (a resumed run asks what it would have asked).
 
 Pure: `draw` chooses, the trainer asks and reports back with `observe_fresh` / `observe_replayed`.
 """
@@ -25,10 +25,14 @@ Pure: `draw` chooses, the trainer asks and reports back with `observe_fresh` / `
 from __future__ import annotations
 
 import random
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
-from engine.tasks.reference import TaskRef
+from engine.tasks.reference import TaskRef, TaskRefError
+
+_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,27 @@ class FrontierReplay:
         replays = entry.replays + 1
         if mixed and replays < self._max_replays:
             self._put(question_hash, ReplayEntry(entry.ref, replays))
+
+    def state_dict(self) -> list[dict[str, Any]]:
+        return [{"hash": key, "ref": e.ref.to_dict(), "replays": e.replays} for key, e in self._entries.items()]
+
+    def load_state(self, state: object) -> None:
+        """Restore from a checkpoint (a file: untrusted); malformed entries are skipped."""
+        if not isinstance(state, list):
+            return
+        self._entries.clear()
+        for item in state[-self._capacity:]:
+            if not isinstance(item, dict):
+                continue
+            key, replays = item.get("hash"), item.get("replays")
+            if not isinstance(key, str) or not _HASH.fullmatch(key) or isinstance(replays, bool) \
+                    or not isinstance(replays, int) or not 0 <= replays < self._max_replays:
+                continue
+            try:
+                ref = TaskRef.from_dict(item.get("ref"))
+            except TaskRefError:
+                continue
+            self._entries[key] = ReplayEntry(ref, replays)
 
     def _put(self, question_hash: str, entry: ReplayEntry) -> None:
         self._entries.pop(question_hash, None)

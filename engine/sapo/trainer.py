@@ -333,7 +333,8 @@ class Trainer:
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
-                 "sources": self.sources.state_dict(), "eval_clock": self.eval_clock,
+                 "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
+                 "eval_clock": self.eval_clock,
                  "lora": lora_record(self.model)}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
@@ -355,6 +356,7 @@ class Trainer:
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
         self.sources.load_state(ckpt.extra.get("sources"))
+        self.replay.load_state(ckpt.extra.get("replay"))
         clock = ckpt.extra.get("eval_clock")
         self.eval_clock = float(clock) if isinstance(clock, (int, float)) and math.isfinite(clock) and clock >= 0 else 0.0
         if self.j_bandit is not None:

@@ -57,6 +57,22 @@ def test_the_buffer_forgets_the_oldest_and_an_idle_one_draws_nothing_from_the_rn
         FrontierReplay(capacity=0)
 
 
+def test_the_buffer_survives_a_checkpoint_and_skips_what_a_file_got_wrong() -> None:
+    replay = FrontierReplay(capacity=4)
+    replay.observe_fresh("a" * 64, _ref(1), mixed=True)
+    replay.observe_fresh("b" * 64, _ref(2), mixed=True)
+    state = replay.state_dict()
+    garbage = [{"hash": "c" * 64, "ref": {"specialty": "basic_arithmetic"}, "replays": 0},  # no seed/index
+               {"hash": "not hex", "ref": _ref(3).to_dict(), "replays": 0},
+               {"hash": "d" * 64, "ref": _ref(4).to_dict(), "replays": 7},  # past max_replays
+               {"hash": "e" * 64, "ref": _ref(5).to_dict(), "replays": True}, "junk"]
+    restored = FrontierReplay(capacity=4)
+    restored.load_state([*garbage, *state])
+    assert restored.state_dict() == state
+    restored.load_state("not a list")  # ignored: the buffer stands
+    assert len(restored) == 2
+
+
 def test_config_bounds_replays_by_the_own_questions() -> None:
     with pytest.raises(ValueError, match="num_replay"):
         SapoConfig(num_local=2, num_replay=3)
@@ -90,3 +106,26 @@ def test_a_round_re_asks_its_own_mixed_questions_and_never_its_solved_ones(model
     solved = {g.question_hash for r in results for g in r.local_groups if g.ref.specialty == "basic_arithmetic"}
     assert all(asked[h] == 1 for h in solved)
     assert all(r.metrics["own_pick_groups"] == 2.0 for r in results)  # a replay is this node's own question
+
+
+def test_a_resumed_trainer_asks_what_it_would_have_asked(model_dir: Path, tmp_path: Path) -> None:
+    def reward(question: Any, completion: str) -> float:
+        return float(len(completion) % 2)
+
+    cfg = SapoConfig(num_local=2, num_replay=1, completions=4, sampling=SampleConfig(max_new_tokens=6),
+                     checkpoint_every=0, eval_every=0)
+
+    def trainer(resume: bool) -> Trainer:
+        model, tok = load_policy(model_dir)
+        make = Trainer.resume if resume else Trainer
+        return make(model, tok, cfg, preset("rl"), None, tmp_path / "ckpt", 3, reward_fn=reward)
+
+    first = trainer(False)
+    for _ in range(3):
+        first.run_round()
+    first.save_checkpoint()
+    assert len(first.replay) > 0, "three rounds of odd/even-length answers leave a mixed question"
+    resumed = trainer(True)
+    assert resumed.replay.state_dict() == first.replay.state_dict()
+    ahead, again = first.run_round(), resumed.run_round()
+    assert [g.question_hash for g in again.local_groups] == [g.question_hash for g in ahead.local_groups]
