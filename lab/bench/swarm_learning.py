@@ -245,7 +245,7 @@ def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict
                                     for h in zip(*(swarm_why.pass_rate_histogram(r) for r in rates))],
             "own_outcomes_by_third": swarm_why.mean_outcomes([per_seed[s]["outcomes"] for s in seeds]),
             "own_groups_by_specialty_last_third": swarm_why.merge_counts([per_seed[s]["by_specialty"] for s in seeds]),
-            "mixed_by_source": swarm_why.merge_source_counts([per_seed[s]["by_source"] for s in seeds]),
+            "mixed_by_source": swarm_why.merge_counts([per_seed[s]["by_source"] for s in seeds]),
             "rounds": per_seed[seeds[0]]["rounds"], "nodes": per_seed[seeds[0]]["nodes"]}
 
 

@@ -63,65 +63,50 @@ def mean_outcomes(per_seed: list[list[list[float]] | None]) -> list[list[float]]
     return [[statistics.fmean(t[third][k] for t in known) for k in range(len(OUTCOMES))] for third in range(3)]
 
 
-def last_third_by_specialty(history: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]] | None:
-    """Counts of the nodes' own groups in the last third of the rounds, per specialty: groups, mixed,
-    right (all right), wrong (all wrong), and the sum of their rungs above the entry rung (None for runs
-    made before the bench logged each own group)."""
+COUNTS = ("groups", "mixed", "right", "wrong", "rungs")
+
+
+def _count_own_groups(history: list[list[dict[str, Any]]], by: str, last_third: bool) -> dict[str, dict[str, float]] | None:
+    """Counts of the nodes' own groups per specialty or per source (`by`), over the whole run or its last
+    third: groups, mixed, right (all right), wrong (all wrong), and the sum of their rungs above the entry
+    rung (None for runs made before the bench logged each own group)."""
     if not history or not history[0] or "own_groups" not in history[0][0]:
         return None
-    n = len(history[0])
+    first = 2 * len(history[0]) // 3 if last_third else 0
     counts: dict[str, dict[str, float]] = {}
     for node in history:
-        for row in node[2 * n // 3:]:
-            for specialty, rung, outcome, _source in row["own_groups"]:
-                c = counts.setdefault(specialty, dict.fromkeys(("groups", "mixed", "right", "wrong", "rungs"), 0.0))
+        for row in node[first:]:
+            for specialty, rung, outcome, source in row["own_groups"]:
+                c = counts.setdefault(specialty if by == "specialty" else source, dict.fromkeys(COUNTS, 0.0))
                 c["groups"] += 1
                 c[outcome] += 1
                 c["rungs"] += rung - entry_rung(specialty) if rung >= 0 else 0
     return counts
 
 
-def mixed_by_source(history: list[list[dict[str, Any]]]) -> dict[str, list[int]] | None:
-    """Over the whole run, per source of own groups (own_pick, replay, suggested): [groups, mixed]. Does a
-    question asked again, or a peer's, come back with a gradient more often than a fresh draw?"""
-    if not history or not history[0] or "own_groups" not in history[0][0]:
-        return None
-    counts: dict[str, list[int]] = {}
-    for node in history:
-        for row in node:
-            for _specialty, _rung, outcome, source in row["own_groups"]:
-                c = counts.setdefault(source, [0, 0])
-                c[0] += 1
-                c[1] += outcome == "mixed"
-    return counts
+def last_third_by_specialty(history: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]] | None:
+    """Where the late groups without a gradient come from: the last third's own groups per specialty."""
+    return _count_own_groups(history, "specialty", last_third=True)
+
+
+def mixed_by_source(history: list[list[dict[str, Any]]]) -> dict[str, dict[str, float]] | None:
+    """Over the whole run, own groups per source (own_pick, replay, suggested). Does a question asked
+    again, or a peer's, come back with a gradient more often than a fresh draw?"""
+    return _count_own_groups(history, "source", last_third=False)
 
 
 def merge_counts(per_seed: list[dict[str, dict[str, float]] | None]) -> dict[str, dict[str, float]] | None:
-    """The seeds' last_third_by_specialty added up, over the seeds that logged it."""
+    """The seeds' own-group counts (either of the two above) added up, over the seeds that logged them."""
     known = [c for c in per_seed if c]
     if not known:
         return None
     total: dict[str, dict[str, float]] = {}
     for counts in known:
-        for specialty, c in counts.items():
-            into = total.setdefault(specialty, dict.fromkeys(c, 0.0))
+        for name, c in counts.items():
+            into = total.setdefault(name, dict.fromkeys(c, 0.0))
             for key, value in c.items():
                 into[key] += value
     return dict(sorted(total.items()))
-
-
-def merge_source_counts(per_seed: list[dict[str, list[int]] | None]) -> dict[str, list[int]] | None:
-    """The seeds' mixed_by_source added up, over the seeds that logged it."""
-    known = [c for c in per_seed if c]
-    if not known:
-        return None
-    total: dict[str, list[int]] = {}
-    for counts in known:
-        for source, (groups, mixed) in counts.items():
-            into = total.setdefault(source, [0, 0])
-            into[0] += groups
-            into[1] += mixed
-    return total
 
 
 def why_lines(result: dict[str, Any]) -> list[str]:
@@ -199,6 +184,7 @@ def source_mixed_lines(result: dict[str, Any]) -> list[str]:
     lines = ["", "Own groups that were mixed, by where the question came from (mixed / groups, whole run):", "",
              "| setting | arm | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for a in kept:
-        cells = [f"{c[1] / c[0]:.2f} ({c[0]})" if (c := a["mixed_by_source"].get(n)) and c[0] else "—" for n in names]
+        cells = [f"{c['mixed'] / c['groups']:.2f} ({c['groups']:.0f})" if (c := a["mixed_by_source"].get(n)) and c["groups"]
+                 else "—" for n in names]
         lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(cells) + " |")
     return lines

@@ -73,9 +73,11 @@ def test_last_third_own_groups_are_counted_by_specialty_and_rung() -> None:
 def test_own_groups_are_counted_by_the_source_of_their_question() -> None:
     row = {"own_groups": [["a", 0, "mixed", "replay"], ["a", 0, "wrong", "own_pick"], ["b", 0, "mixed", "own_pick"]]}
     counts = swarm_why.mixed_by_source([[row, row], [row]])
-    assert counts == {"replay": [3, 3], "own_pick": [6, 3]}
-    merged = swarm_why.merge_source_counts([counts, None, counts])
-    assert merged == {"replay": [6, 6], "own_pick": [12, 6]}
+    assert counts is not None and {k: (c["groups"], c["mixed"]) for k, c in counts.items()} == {"replay": (3, 3),
+                                                                                              "own_pick": (6, 3)}
+    merged = swarm_why.merge_counts([counts, None, counts])
+    assert merged is not None and {k: (c["groups"], c["mixed"]) for k, c in merged.items()} == {"own_pick": (12, 6),
+                                                                                              "replay": (6, 6)}
     lines = swarm_why.source_mixed_lines({"arms": [{"setting": "homogeneous", "name": "replay",
                                                     "mixed_by_source": merged}]})
     assert "| homogeneous | replay | 0.50 (12) | 1.00 (6) | — |" in lines
