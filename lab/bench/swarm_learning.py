@@ -152,6 +152,7 @@ def summarize(work: Path) -> dict[str, Any]:
 
 
 CURVE_ARMS = ("solo", "question")  # arms whose learning curve (from their -long runs) others meet at equal CPU
+SHORT = {"heterogeneous": "het.", "homogeneous": "hom."}  # setting names short enough for tick labels and legends
 
 
 def learning_curves(runs: list[dict[str, Any]], base: float) -> dict[tuple[str, str, int], list[tuple[float, float]]]:
@@ -341,12 +342,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, curve_ax) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
+    fig, (ax, curve_ax) = plt.subplots(1, 2, figsize=(15, 4.8), gridspec_kw={"width_ratios": [1.1, 1]})
     _plot_deltas(ax, result)
     ax.set_title(f"Sharing vs alone: {result['model']}")
     _plot_curves(curve_ax, result)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -362,7 +363,8 @@ def _plot_deltas(ax: Any, result: dict[str, Any]) -> None:
            color="#1d4ed8", yerr=[a.get("delta_vs_solo_equal_cpu_sd") or 0.0 for _, a in equal],
            label="equal CPU-seconds")
     ax.axhline(0.0, color="black", linewidth=0.8)
-    ax.set_xticks(list(x), [f"{a['setting'][:6]}\n{a['name']}\n{len(a['seeds'])} seeds" for a in arms], fontsize=7)
+    ax.set_xticks(list(x), ["\n".join([SHORT[a["setting"]], *a["name"].split("-"), f"{len(a['seeds'])} seeds"])
+                            for a in arms], fontsize=7)
     ax.set_ylabel("held-out pass@1, arm − solo (paired by seed)")
     ax.legend(fontsize=8)
 
@@ -382,7 +384,7 @@ def _plot_curves(ax: Any, result: dict[str, Any]) -> None:
             if len({len(c["cpu_seconds"]) for c in seeds}) == 1:
                 mean = [statistics.fmean(v) for v in zip(*(c["pass_at_1"] for c in seeds))]
                 cpu = [statistics.fmean(v) for v in zip(*(c["cpu_seconds"] for c in seeds))]
-                ax.plot(cpu, mean, color=colors[arm], linewidth=2, marker=marker, label=f"{arm} ({setting[:6]})")
+                ax.plot(cpu, mean, color=colors[arm], linewidth=2, marker=marker, label=f"{arm} ({SHORT[setting]})")
         for a in result["arms"]:
             if a["setting"] != setting or a["name"].removesuffix("-long") in CURVE_ARMS:
                 continue
@@ -391,9 +393,9 @@ def _plot_curves(ax: Any, result: dict[str, Any]) -> None:
             color = colors.get(a["name"], "black")
             ax.errorbar([a["cpu_seconds"]], [statistics.fmean(a["pass_at_1_after"])], yerr=[sd], marker=marker,
                         color=color, markerfacecolor=color if beside else "none", capsize=4, linestyle="none",
-                        label=f"{a['name']} ({setting[:6]}), {a['rounds']} rounds"
+                        label=f"{a['name']} ({SHORT[setting]}), {a['rounds']} rounds"
                               + ("" if beside else ", CPU measured beside other work"))
     ax.set_xlabel("CPU-seconds per node")
     ax.set_ylabel("held-out pass@1")
     ax.set_title("At equal CPU: learning curves and the other arms")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: the points stay visible
