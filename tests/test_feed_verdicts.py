@@ -15,12 +15,13 @@ from app.models.feed import status_text
 from engine.control.protocol import encode_event, parse_server_message
 from engine.events import TRAINER_VERDICTS, EventError, RolloutSeen, event_from_dict
 from engine.models.policy import build_tiny_policy
+from engine.models.resolve import stored_model_id
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
-from engine.sapo.sampler import DROP_NOT_SAMPLED, DROP_NOT_SCORED, DROP_ZERO_ADVANTAGE
+from engine.sapo.sampler import DROP_NOT_SAMPLED, DROP_NOT_SCORED, DROP_OTHER_MODEL, DROP_ZERO_ADVANTAGE
 from engine.sapo.verdicts import VerdictLog, skipped_verdicts
 from engine.swarm.config import SwarmConfig
 from engine.tasks import library
@@ -34,16 +35,16 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def _peer_group(index: int, completions: tuple[str, ...] | None = None) -> RolloutGroup:
+def _peer_group(index: int, completions: tuple[str, ...] | None = None, model_id: str = "seed") -> RolloutGroup:
     """A peer's group on a short arithmetic question: right + wrong answers (mixed) unless given."""
     question = library.regenerate(mix_preset("rl").ref("basic_arithmetic", 3, index))
     texts = completions or (library.demonstration(question), "no")
-    return RolloutGroup(question.ref, question.hash, texts, Provenance(PEER, "seed", 1, 1, time.time()))
+    return RolloutGroup(question.ref, question.hash, texts, Provenance(PEER, model_id, 1, 1, time.time()))
 
 
 def test_every_trainer_reason_is_a_typed_verdict() -> None:
     assert set(TRAINER_VERDICTS) == {DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, DROP_ZERO_ADVANTAGE,
-                                     DROP_NOT_SCORED, DROP_NOT_SAMPLED}
+                                     DROP_NOT_SCORED, DROP_NOT_SAMPLED, DROP_OTHER_MODEL}
     for reason in TRAINER_VERDICTS:
         assert not status_text("skipped", reason).endswith(reason)  # each said in words
     with pytest.raises(EventError):
@@ -76,8 +77,9 @@ def test_a_screened_group_reaches_the_feed_with_its_reason(tmp_path: Path, tiny_
     node = Node(cfg)
     seen: list[object] = []
     node.bus.add_listener(seen.append)
-    flat = _peer_group(1, ("no", "nope"))
-    mixed = [_peer_group(2), _peer_group(3)]
+    same_model = stored_model_id(str(tiny_model))  # another model's answers are not trained on at all
+    flat = _peer_group(1, ("no", "nope"), same_model)
+    mixed = [_peer_group(2, model_id=same_model), _peer_group(3, model_id=same_model)]
 
     async def main() -> None:
         await node.join()  # the pool exists once join returns; the trainer is still loading

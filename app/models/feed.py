@@ -25,6 +25,7 @@ REASON_WORDS = {
     "cut_no_signal": "answers longer than this model writes: cut short, no learning signal left",
     "not_rescored": "could not be scored here",
     "not_sampled": "not drawn this round",
+    "other_model": "made by another model: its answers are not this model's to learn from",
     "local_group": "one of this node's own groups",
     "duplicate": "same content as a group already received",
     "oversized": "an answer longer than this model could write",

@@ -58,6 +58,10 @@ class SapoConfig:
 
     num_local: int = 8  # I: own questions generated per round
     num_external: int = 0  # J: external groups drawn per round from the pool (0 = solo)
+    # True: peers' groups are trained on (J) only when the peer declares this node's base model. Another
+    # model's answers are off this policy: a SmolLM2 node beside seed-model peers ended below solo
+    # (bench/real_learning.md). The declaration is the peer's word: a quality filter, not a defence.
+    external_same_model: bool = True
     # Of the I own questions, how many may be peers' frontier questions (their groups re-scored here held
     # a right and a wrong answer), answered by this node's own policy: on-policy sharing (sapo/frontier.py)
     num_suggested: int = 0
@@ -176,6 +180,8 @@ class SapoConfig:
         _float("max_origin_share", self.max_origin_share, 0.0, 1.0, low_open=True)
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
+        if not isinstance(self.external_same_model, bool):
+            raise ValueError("external_same_model must be true or false")  # noqa: TRY004 (ValueError for every bad input)
 
     def _check_prompts_and_rewards(self) -> None:
         """Sampling, prompts, rewards and the nested configs."""

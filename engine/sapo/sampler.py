@@ -20,6 +20,7 @@ from engine.sapo.reputation import ReputationSampler
 DROP_ZERO_ADVANTAGE = "zero_advantage"
 DROP_NOT_SCORED = "not_rescored"
 DROP_NOT_SAMPLED = "not_sampled"
+DROP_OTHER_MODEL = "other_model"  # made by another base model: not trained on (SapoConfig.external_same_model)
 
 
 class ExternalSampler(Protocol):

@@ -34,7 +34,7 @@ from engine.sapo.replay import FrontierReplay
 from engine.sapo.reputation import Reputation
 from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, round_metrics
 from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
-from engine.sapo.sampler import has_signal, make_sampler, select_groups
+from engine.sapo.sampler import DROP_OTHER_MODEL, has_signal, make_sampler, select_groups
 from engine.sapo.source_choice import SOURCES, SourceChoice
 from engine.sapo.update import UpdateStats, make_optimizer, policy_update
 from engine.sapo.verdicts import skipped_verdicts
@@ -196,10 +196,14 @@ class Trainer:
     def _plan_update(self, external: Sequence[VerifiedGroup], scored: Scored) -> UpdatePlan:
         """Pick the own groups with signal and draw J peers' groups -> the rows the update trains on."""
         cfg = self.cfg
+        ours = [not cfg.external_same_model or v.group.provenance.model_id == self.model_id for v in external]
+        other = [v for v, ok in zip(external, ours) if not ok]
+        external = [v for v, ok in zip(external, ours) if ok]
         # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
         # the draw: a group the screens leave without signal never takes one of the J slots.
         looks, dropped, pending, repeated = self.first_look.judge(external, scored.weight,
                                                                   cfg.filter_zero_advantage)
+        dropped += [(v.group, DROP_OTHER_MODEL) for v in other]
         look_of: dict[int, Look] = {id(shaped): look for look, shaped in looks}
         shaped_ext = [shaped for _, shaped in looks]
         j = cfg.num_external

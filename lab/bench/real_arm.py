@@ -71,7 +71,7 @@ def _seed_peers(n: int, specialties: list[str], seed: int, cfg: Any) -> list[Any
 
     peers = []
     seed_cfg = preset("cpu-small").replace(num_local=cfg.num_local, num_external=cfg.num_external, beta=0.0,
-                                           eval_every=0, checkpoint_every=0)
+                                           eval_every=0, checkpoint_every=0, external_same_model=False)
     for k in range(n):
         model, tok = load_policy(SEED_MODEL_DIR)
         peers.append(Trainer(model, tok, seed_cfg, train_mix(specialties), None, None, seed=seed * 100 + k + 1,
@@ -102,7 +102,8 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     loaded = load_for_node(model, "llamacpp", "cpu", Path(data_dir))
     cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
-        "num_external": external if arm == "mixed" else 0, "eval_every": 0, "eval_every_s": 0.0}
+        "num_external": external if arm == "mixed" else 0, "eval_every": 0, "eval_every_s": 0.0,
+        "external_same_model": False}  # the mixed arm measures another model's answers in the loss
         | overrides)  # the judge is ours
     mix = train_mix(specialties)
     trainer = Trainer(loaded.model, loaded.tokenizer, cfg, mix, None, None, seed=seed, model_id=loaded.model_id,

@@ -97,9 +97,12 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
     for bad in (forged, unscored):  # neither can become a verified group, so neither reaches a trainer
         with pytest.raises(ValueError, match="verified group"):
             VerifiedGroup(bad, q)
-    second = trainer.run_round([VerifiedGroup(mixed, q), VerifiedGroup(flat, q)])
+    other = RolloutGroup(q.ref, q.hash, ("e", "ff", "g", "hh"), Provenance("peerB", "smollm2-135m", 3, 9, 0.0)
+                         ).with_rewards((1.0, 0.0, 1.0, 0.0))  # a right and a wrong answer, by another model
+    second = trainer.run_round([VerifiedGroup(mixed, q), VerifiedGroup(flat, q), VerifiedGroup(other, q)])
     assert second.used_external == (VerifiedGroup(mixed, q),)
-    assert [(g.completions, why) for g, why in second.dropped_external] == [(flat.completions, "zero_advantage")]
+    assert sorted((g.completions, why) for g, why in second.dropped_external) == [
+        (other.completions, "other_model"), (flat.completions, "zero_advantage")]
     assert second.eval is not None and second.eval.k == 2
     progress = [(e.phase, e.round) for e in events if isinstance(e, WorkProgress)]
     baseline = progress.index(("generating", 1))  # the model's first round here began with a baseline eval
@@ -132,3 +135,14 @@ def test_an_external_completion_is_scored_on_the_text_it_is_trained_on(model_dir
     result = trainer.run_round([VerifiedGroup(padded, q), VerifiedGroup(honest, q)])
     assert result.used_external == (VerifiedGroup(honest, q),)
     assert [(g.completions, why) for g, why in result.dropped_external] == [(padded.completions, "cut_no_signal")]
+
+
+def test_another_models_answers_are_trained_on_only_when_the_config_allows(model_dir: Path, tmp_path: Path) -> None:
+    model, tok = load_policy(model_dir)
+    q = regenerate(preset("rl").ref("basic_arithmetic", 3, 1))
+    other = RolloutGroup(q.ref, q.hash, ("7", "n", "7", "n"), Provenance("peerB", "smollm2-135m", 3, 9, 0.0)
+                         ).with_rewards((1.0, 0.0, 1.0, 0.0))
+    for same_model, used in ((True, ()), (False, (VerifiedGroup(other, q),))):
+        cfg = CFG.replace(num_external=1, external_same_model=same_model)
+        result = Trainer(model, tok, cfg, preset("rl"), None, None, 7).run_round([VerifiedGroup(other, q)])
+        assert result.used_external == used
