@@ -144,9 +144,11 @@ def test_auto_preset_trains_pretrained_models_with_the_real_model_parts(tmp_path
     assert config.sapo.prompt_style == "compact" and not config.sapo.curriculum.enabled  # the seed: cpu-small
     real = config.real_sapo
     assert real is not None and real.curriculum.enabled and real.format_reward > 0 and real.prompt_style == "chat-fewshot"
-    assert (real.num_local, real.num_external, real.num_suggested) == (2, 0, 1) and real.lr == 2e-4  # questions, not answers; --set applies
-    text = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--external", "2"])).real_sapo
-    assert text is not None and (text.num_external, text.num_suggested) == (2, 0)  # text sharing when asked for
+    assert (real.num_local, real.num_external, real.num_suggested) == (2, 2, 0) and real.lr == 2e-4  # answers; --set applies
+    assert real.external_same_model  # peers of this model only
+    questions = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--external", "0",
+                                                        "--set", "num_suggested=1"])).real_sapo
+    assert questions is not None and (questions.num_external, questions.num_suggested) == (0, 1)  # when asked for
     solo = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--solo"])).real_sapo
     assert solo is not None and (solo.num_local, solo.num_external) == (preset("cpu-real").num_local, 0)
     fixed = run_cli.build_config(parser.parse_args(["run", "--data-dir", str(tmp_path), "--preset", "paper"]))
