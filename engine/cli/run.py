@@ -107,7 +107,7 @@ def build_config(args: argparse.Namespace) -> Any:
         except json.JSONDecodeError:
             changes[key] = raw
     cpu_real = preset("cpu-real")
-    real = SapoConfig.from_dict(cpu_real.to_dict() | _real_model_sharing(cpu_real, args) | changes) if auto else None
+    real = SapoConfig.from_dict(cpu_real.to_dict() | _swarm_split(cpu_real, args) | changes) if auto else None
     changes = split | changes
     sapo = SapoConfig.from_dict(sapo.to_dict() | changes) if changes else sapo
     host, port = parse_listen(args.listen)
@@ -159,26 +159,20 @@ def _ca_file(path: Path | None) -> str:
 def _swarm_split(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
     """I/J of a preset in a swarm when the command line does not set them: half of its questions from
     peers; a preset of fewer than 4 (cpu-real's 2 x 16) keeps its own and takes as many again from
-    peers (one own group of 16 would leave the curriculum and the update too little of its own)."""
+    peers (one own group of 16 would leave the curriculum and the update too little of its own).
+
+    For a real model that is J = I of peers' answer groups (same base model, re-scored here, through the
+    repeated-text and plausibility screens). The evidence (bench/swarm_learning.md, SmolLM2 swarms of 3
+    nodes paired by seed with the same nodes alone, read at equal CPU-seconds): it beat solo on every
+    seed in both settings (+0.055 every node on 2 of 4 specialties, +0.036 every node on all 4), while
+    peers' frontier questions (`--set num_suggested=1 --external 0`) gained in the first setting only
+    (+0.046, then +0.006) and both together did no better than answers alone."""
     if args.solo or args.external is not None or sapo.num_external:
         return {}
     if sapo.num_local < 4:
         return {"num_external": sapo.num_local}
     half = sapo.num_local // 2
     return {"num_local": sapo.num_local - half, "num_external": half}
-
-
-def _real_model_sharing(sapo: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """What a real model takes from a swarm when the command line does not say: besides its own I
-    questions, J = I of peers' answer groups (peers of its own base model, re-scored here, through the
-    repeated-text and plausibility screens): the paper's sharing. The evidence (bench/swarm_learning.md,
-    SmolLM2 swarms of 3 nodes paired by seed with the same nodes alone, read at equal CPU-seconds): it
-    beat solo on every seed in both settings (+0.055 every node on 2 of 4 specialties, +0.036 every node
-    on all 4), while peers' frontier questions (`--set num_suggested=1 --external 0`) gained in the
-    first setting only (+0.046, then +0.006) and both together did no better than answers alone."""
-    if args.solo or args.external is not None or sapo.num_external or sapo.num_suggested:
-        return {}
-    return {"num_external": sapo.num_local}
 
 
 def run(args: argparse.Namespace) -> int:
