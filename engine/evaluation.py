@@ -58,6 +58,7 @@ class EvalReport:
     per_specialty: dict[str, EvalStats] = field(default_factory=dict)
     seconds: float = 0.0  # wall time of the evaluation
     solved: tuple[int, ...] = ()  # per question, in the order asked: how many of the k were right
+    skipped_seen: int = 0  # judge questions left out: this node had trained on a question with their text
 
     @property
     def pass1(self) -> float:
@@ -70,7 +71,7 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         return {"k": self.k, "overall": asdict(self.overall), "seconds": self.seconds,
                 "per_specialty": {name: asdict(s) for name, s in sorted(self.per_specialty.items())},
-                "solved": list(self.solved)}
+                "solved": list(self.solved), "skipped_seen": self.skipped_seen}
 
     @classmethod
     def from_dict(cls, data: Any) -> EvalReport:
@@ -87,8 +88,11 @@ class EvalReport:
         if not isinstance(solved, list) or len(solved) > MAX_QUESTIONS or not all(
                 isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= k for n in solved):
             raise ValueError(f"eval report solved must be a list of at most {MAX_QUESTIONS} counts in [0, k]")
+        skipped = data.get("skipped_seen", 0)  # absent from reports stored before it existed
+        if isinstance(skipped, bool) or not isinstance(skipped, int) or not 0 <= skipped <= MAX_QUESTIONS:
+            raise ValueError(f"eval report skipped_seen must be a count in [0, {MAX_QUESTIONS}]")
         return cls(k=k, overall=EvalStats.from_dict(data.get("overall")), per_specialty=per,
-                   seconds=float(seconds), solved=tuple(solved))
+                   seconds=float(seconds), solved=tuple(solved), skipped_seen=skipped)
 
     def table(self) -> str:
         """A plain-text table: one line per specialty, then the overall line."""

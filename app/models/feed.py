@@ -31,6 +31,7 @@ REASON_WORDS = {
     "oversized": "an answer longer than this model could write",
     "over_cpu_budget": "the peer used up its share of checking time",
     "forged_ref": "the question does not match its reference",
+    "heldout_question": "a question kept for testing models, never for training",
     "rescore_error": "this node's checker failed on it",
     "stale_policy": "made by an old version of the peer's model",
     "expired": "waited too long in the pool",

@@ -32,10 +32,15 @@ class NodeConfig:
     backend: str = "auto"  # engine.models.backends.BACKENDS; "auto" = sapo doctor's fit for this model
     llamacpp: Any = None  # engine.models.llamacpp.LlamaCppConfig for the llama.cpp backend; None = its defaults
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # native heap trims between rounds
+    # The held-out judge's seed comes from this node's private key (a space no peer can name or look
+    # up); False keeps `sapo.eval_seed`, e.g. to compare nodes on one judge.
+    private_judge: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 0:
             raise ValueError("rounds must be an int >= 0")
+        if not isinstance(self.private_judge, bool):
+            raise TypeError("private_judge must be a bool")
         if self.device not in (None, "cpu", "cuda", "mps"):
             raise ValueError("device must be cpu, cuda or mps")
 

@@ -47,6 +47,7 @@ from engine.sapo.trainer import Trainer
 from engine.settings import ContributorSettings
 from engine.store import Store
 from engine.supervisor import read_last_crash
+from engine.swarm.identity import Identity
 from engine.tasks import preset as task_mix
 
 log = logging.getLogger("sapo.node")
@@ -54,6 +55,11 @@ log = logging.getLogger("sapo.node")
 __all__ = ["Node", "NodeConfig"]
 
 GUARD_RECHECK_S = 5.0  # how often a paused node re-reads battery / idle / temperature
+
+
+def private_judge_seed(data_dir: Path) -> int:
+    """This node's held-out seed, from its private key: below 2^40 (Try it's questions start there)."""
+    return Identity.load_or_create(data_dir).private_seed("heldout-judge", bits=40)
 
 
 class Node:
@@ -313,6 +319,8 @@ class Node:
             sapo = self.config.real_sapo
         if self.config.solo and sapo.num_external:
             sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
+        if self.config.private_judge:
+            sapo = sapo.replace(eval_seed=private_judge_seed(self.config.data_dir))
         device = pick_device(self.config.device, self.settings.use_gpu)
         set_train_threads(device, self.settings.cpu_cores)
         model = self._model

@@ -36,17 +36,26 @@ def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGro
     return rescore
 
 
+def peer_screen(group: RolloutGroup) -> str | None:
+    """Checks on a peer's group before anything is regenerated or scored -> a drop reason, or None.
+    A reference in the held-out seed range names a question of some node's judge: refused, whoever
+    sent it, so no peer can make a node train on (and so inflate) its own held-out score."""
+    if tasks.is_heldout(group.ref):
+        return "heldout_question"
+    return None
+
+
 def make_pool(cfg: PoolConfig, max_new_tokens: int, partial_credit: bool, mix: Any = None, *,
               clock: Callable[[], float] | None = None,
               on_decision: Callable[[PoolDecision], None] | None = None) -> RolloutPool:
-    """The node's pool of peers' groups: its gate (`make_rescorer`), and no scoring of a completion
+    """The node's pool of peers' groups: its screen (`peer_screen`) and gate (`make_rescorer`), and no scoring of a completion
     longer than this node's policy could write (BYTES_PER_TOKEN x its token cap). Node, experiment and
     benches all make theirs here, so each measures the gate the app runs."""
     cfg = replace(cfg, max_completion_bytes=min(cfg.max_completion_bytes, BYTES_PER_TOKEN * max_new_tokens))
     kwargs: dict[str, Any] = {"on_decision": on_decision} if on_decision is not None else {}
     if clock is not None:
         kwargs["clock"] = clock
-    return RolloutPool(cfg, make_rescorer(partial_credit, mix), **kwargs)
+    return RolloutPool(cfg, make_rescorer(partial_credit, mix), screen=peer_screen, **kwargs)
 
 
 def task_library_version() -> str:

@@ -10,6 +10,7 @@ checkpointed, so `Trainer.resume` continues exactly: same next batch, same next 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import random
 import time
@@ -98,6 +99,9 @@ class Trainer:
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
                                     cfg.sampling.max_new_tokens, self.reward_fn)
         self._heldout: list[Any] | None = None
+        # Hashes of the judge's question texts this node has trained on (own draws or peers' groups that
+        # happen to share a judge question's text): those are left out of every later eval.
+        self.judge_seen: set[str] = set()
         self._mid_update = False  # weights may differ from (round, policy_version): don't checkpoint
         self.config_changes: list[str] = []  # config fields that differ from the resumed checkpoint's
         self.work_since_checkpoint = 0.0  # training seconds a crash now would lose
@@ -119,6 +123,7 @@ class Trainer:
         t_prep = time.perf_counter()
         stats = self._update(round_no, plan)
         t_upd = time.perf_counter()
+        self._note_judge_texts(asked, plan)
 
         metrics, per_spec = round_metrics(scored.local, plan.kept, len(asked.suggested), plan.peer_text, stats,
                                           (t0, t_gen, t_score, t_upd), self._lib.format_reward)
@@ -241,6 +246,13 @@ class Trainer:
         self._mid_update = False
         return stats
 
+    def _note_judge_texts(self, asked: Asked, plan: UpdatePlan) -> None:
+        """Remember the judge questions whose text this round trained on (a training draw or a peer's
+        question may repeat a judge text: seeds differ, small task spaces do not)."""
+        judge = {q.hash for q in self.heldout_questions()}
+        trained = [asked.questions[k].hash for k in plan.kept] + [v.question.hash for v in plan.used_external]
+        self.judge_seen.update(h for h in trained if h in judge)
+
     def _suggestion_slots(self, candidates: int) -> int:
         """How many of this round's own questions may come from peers' suggestions."""
         cfg = self.cfg
@@ -302,8 +314,10 @@ class Trainer:
         return SampleConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=self.cfg.sampling.max_new_tokens)
 
     def evaluate_heldout(self, *, record: bool = True) -> EvalReport:
-        """pass@1 / pass@k on the fixed held-out set; stored and emitted when `record`."""
-        questions = self.heldout_questions()
+        """pass@1 / pass@k on the fixed held-out set, less the questions whose text this node has trained
+        on (counted in the report); stored and emitted when `record`."""
+        judge = self.heldout_questions()
+        questions = [q for q in judge if q.hash not in self.judge_seen]
 
         def progress(done: int, total: int) -> None:  # an eval takes minutes on a real model: say so
             self._emit(WorkProgress(phase="evaluating", round=self.round, done=done, total=total,
@@ -314,6 +328,7 @@ class Trainer:
                           sample_cfg=self.eval_sample_config(), prompt_style=self.cfg.prompt_style,
                           seed=self.cfg.eval_seed, prompt=self.prompt, generator=self.generator,
                           policy_version=self.policy_version, progress=progress if record else None)
+        report = dataclasses.replace(report, skipped_seen=len(judge) - len(questions))
         if record:
             self.eval_clock = 0.0
             if self.store is not None:
@@ -338,7 +353,7 @@ class Trainer:
                  "reputation": self.reputation.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
                  "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
-                 "eval_clock": self.eval_clock,
+                 "eval_clock": self.eval_clock, "judge_seen": sorted(self.judge_seen),
                  "lora": lora_record(self.model)}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
                                policy_version=self.policy_version, python_rng=self.rng, extra=extra,
@@ -363,6 +378,8 @@ class Trainer:
         self.replay.load_state(ckpt.extra.get("replay"))
         clock = ckpt.extra.get("eval_clock")
         self.eval_clock = float(clock) if isinstance(clock, (int, float)) and math.isfinite(clock) and clock >= 0 else 0.0
+        seen = ckpt.extra.get("judge_seen")
+        self.judge_seen = {h for h in seen if isinstance(h, str)} if isinstance(seen, list) else set()
         if self.j_bandit is not None:
             self.j_bandit.load_state(ckpt.extra.get("adaptive_j"))
         self.reputation_snapshot = self.reputation.snapshot()

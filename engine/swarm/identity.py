@@ -113,6 +113,14 @@ class Identity:
     def sign(self, data: bytes) -> bytes:
         return self._key.sign(data)
 
+    def private_seed(self, label: str, bits: int = 62) -> int:
+        """A number only this key's holder can compute (ed25519 signs deterministically): e.g. the seed
+        of this node's held-out judge, which no peer can name a question of."""
+        if not 1 <= bits <= 256:
+            raise ValueError("bits must be in [1, 256]")
+        digest = hashlib.sha256(b"sapo-private-seed\0" + self._key.sign(label.encode("utf-8"))).digest()
+        return int.from_bytes(digest, "big") >> (256 - bits)
+
     @classmethod
     def generate(cls) -> Identity:
         """A fresh key that is never written to disk."""

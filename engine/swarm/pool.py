@@ -31,6 +31,7 @@ DROP_REASONS = (
     "oversized",  # a completion longer than this node could generate (PoolConfig.max_completion_bytes)
     "over_cpu_budget",  # its origin (or all origins together) spent the minute's re-scoring CPU
     "forged_ref",  # the reference does not regenerate a question with that hash (or is unknown)
+    "heldout_question",  # the reference names a held-out question: no peer may make a node train on its judge
     "rescore_error",  # the local verifier failed on it (logged with the error type)
     "stale_policy",  # generated too many policy versions before its origin's newest
     "expired",  # in the pool longer than max_age_s
@@ -98,9 +99,11 @@ class RolloutPool:
 
     def __init__(self, config: PoolConfig, rescore: Callable[[RolloutGroup], VerifiedGroup | None],
                  clock: Callable[[], float] = time.time,
-                 on_decision: Callable[[PoolDecision], None] | None = None) -> None:
+                 on_decision: Callable[[PoolDecision], None] | None = None,
+                 screen: Callable[[RolloutGroup], str | None] | None = None) -> None:
         self.config = config
         self._rescore = rescore
+        self._screen = screen  # content checks before scoring: a drop reason, or None to go on
         self._clock = clock
         self._on_decision = on_decision
         self._lock = threading.Lock()
@@ -134,7 +137,8 @@ class RolloutPool:
             return self._decided([self._drop(group, peer_name, early)])
         cpu0 = time.thread_time()  # this thread's CPU: waiting for a core under load is not charged
         try:
-            scored = self._rescore(group)
+            refused = self._screen(group) if self._screen is not None else None
+            scored = self._rescore(group) if refused is None else None
         except Exception as exc:  # noqa: BLE001 - a verifier bug must cost one group, not the link
             scored, error = None, type(exc).__name__
         else:
@@ -143,6 +147,8 @@ class RolloutPool:
             self._charge(group.provenance.origin_peer, time.thread_time() - cpu0)
         if error:
             return self._decided([self._drop(group, peer_name, "rescore_error", error)])
+        if refused is not None:
+            return self._decided([self._drop(group, peer_name, refused)])
         if scored is None:
             return self._decided([self._drop(group, peer_name, "forged_ref")])
         rewards = scored.group.rewards if isinstance(scored, VerifiedGroup) else None

@@ -13,6 +13,7 @@ from engine.tasks.library import (
     format_reward,
     format_weight_at,
     heldout,
+    is_heldout,
     preset,
     regenerate,
     render_prompt,
@@ -25,6 +26,7 @@ from engine.tasks.specialties import SPECIALTIES
 
 __all__ = [
     "DEMO_SEED", "HELDOUT_SEED_BASE", "PRESETS", "SPECIALTIES", "Question", "RewardConfig", "SpecialtySpec", "TaskMix",
-    "TaskRef", "TaskRefError", "demonstration", "extract_answer", "format_reward", "format_weight_at", "heldout", "preset",
+    "TaskRef", "TaskRefError", "demonstration", "extract_answer", "format_reward", "format_weight_at", "heldout", "is_heldout",
+    "preset",
     "question_hash", "regenerate", "render_prompt", "reward", "score", "verify",
 ]

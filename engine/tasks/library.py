@@ -301,6 +301,11 @@ def reward(question: Question, completion: str, cfg: RewardConfig = RewardConfig
     return value
 
 
+def is_heldout(ref: TaskRef) -> bool:
+    """The reference names a question of the held-out seed space (some node's judge, Try it, demos)."""
+    return isinstance(ref, TaskRef) and ref.seed >= HELDOUT_SEED_BASE
+
+
 def heldout(mix: TaskMix, n_per_specialty: int, seed: int) -> list[Question]:
     """A fixed judge set: n questions per specialty from the held-out seed space (disjoint from
     training draws), ordered by specialty then index."""

@@ -1,0 +1,59 @@
+"""Peers' content that is hand-written to pass every check, sent as real signed frames through the
+receiver's protocol into the node's own pool (`make_pool`): refused or bounded, while honest traffic
+from the same link still passes."""
+
+from __future__ import annotations
+
+import time
+
+from swarm_helpers import real_groups
+from test_protocol import open_link
+
+from engine.node.peer_groups import make_pool
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.swarm.config import PoolConfig
+from engine.swarm.identity import Identity
+from engine.swarm.protocol import RolloutsReceived
+from engine.tasks import library
+
+
+def deliver(sender: Identity, receiver: Identity, groups: list[RolloutGroup], pool) -> list[str]:
+    """Sign `groups` as `sender` would, receive them on `receiver`'s link, offer each to `pool`
+    -> each group's pool decision ("pooled" or the drop reason)."""
+    tx, rx = open_link(sender, receiver)
+    out = []
+    for frame in tx.encode_rollouts(groups):
+        [event] = rx.receive(frame)
+        assert isinstance(event, RolloutsReceived), event
+        out += [d.status if d.status == "pooled" else d.reason
+                for d in (pool.offer(g, "peer", "192.0.2.7") for g in event.groups)]
+    return out
+
+
+def heldout_groups(origin: str, n: int) -> list[RolloutGroup]:
+    """Right and wrong answers to the public judge's questions (seed 424242): what a peer would send to
+    make a node train on its own held-out set."""
+    out = []
+    for question in library.heldout(library.preset("seed-easy"), n, 424242)[:n]:
+        completions = (library.demonstration(question), "<answer>definitely wrong</answer>")
+        out.append(RolloutGroup(question.ref, question.hash, completions,
+                                Provenance(origin, "seed", 3, 1, time.time())))
+    return out
+
+
+def test_held_out_questions_are_refused_and_honest_ones_pass(alice: Identity, bob: Identity) -> None:
+    pool = make_pool(PoolConfig(), 64, False)
+    forged = heldout_groups(alice.peer_id, 3)
+    assert all(library.is_heldout(g.ref) for g in forged)
+    honest = real_groups(alice.peer_id, 2)
+    assert deliver(alice, bob, forged + honest, pool) == ["heldout_question"] * 3 + ["pooled"] * 2
+    assert pool.stats()["dropped"] == {"heldout_question": 3}
+    assert {v.group.ref.key for v in pool.candidates()} == {g.ref.key for g in honest}
+
+
+def test_a_private_seed_is_the_keys_own() -> None:
+    me, other = Identity.generate(), Identity.generate()
+    seed = me.private_seed("heldout-judge", bits=40)
+    assert seed == me.private_seed("heldout-judge", bits=40) and 0 <= seed < 1 << 40
+    assert seed != other.private_seed("heldout-judge", bits=40)  # 2^-40 chance of a false failure
+    assert seed != me.private_seed("another-use", bits=40)
