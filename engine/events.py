@@ -21,9 +21,10 @@ NODE_STATES = ("stopped", "solo", "joining", "in_swarm", "pausing", "paused", "l
 RolloutStatus = Literal["pooled", "used", "dropped", "skipped"]
 ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 # The trainer's reasons (engine/sapo/first_look.py, sampler.py): screened to no signal, cut to no signal,
-# no signal to begin with, not re-scored, eligible but not drawn into this round's J, or another model's.
+# no signal to begin with, not re-scored, eligible but not drawn into this round's J, another model's, or
+# holding a special token in its text.
 TrainerVerdict = Literal["repeated_text", "cut_no_signal", "zero_advantage", "not_rescored", "not_sampled",
-                         "other_model"]
+                         "other_model", "special_tokens"]
 TRAINER_VERDICTS: tuple[str, ...] = get_args(TrainerVerdict)
 
 

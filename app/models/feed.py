@@ -23,6 +23,7 @@ REASON_WORDS = {
     "repeated_text": "its answers repeat words this peer keeps using that the question doesn't explain "
                      "(possible planted text)",
     "cut_no_signal": "answers longer than this model writes: cut short, no learning signal left",
+    "special_tokens": "its answers contain the model's control tokens (such as end-of-text) written as text",
     "not_rescored": "could not be scored here",
     "not_sampled": "not drawn this round",
     "other_model": "made by another model: its answers are not this model's to learn from",

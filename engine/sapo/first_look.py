@@ -27,11 +27,12 @@ from typing import Any
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
-from engine.sapo.rows import receiver_view, score_group, shape_rewards
+from engine.sapo.rows import receiver_view, score_group, shape_rewards, special_ids_of, special_token_rows
 from engine.sapo.sampler import has_signal
 
 DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
 DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
+DROP_SPECIAL_TOKENS = "special_tokens"  # a completion's text holds a special token (EOS, PAD, chat markers)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Look:
     ids:      token ids per completion of `view`, as the loss sees them
     removed:  completions the repeated-text screen took out
     cut:      some completion was cut at the token cap (then `view` was re-scored)
+    special:  completions whose text tokenises to a special token before their end (never trained)
     """
 
     verified: VerifiedGroup
@@ -49,10 +51,13 @@ class Look:
     ids: tuple[tuple[int, ...], ...]
     removed: int
     cut: bool
+    special: int = 0
 
     def drop_reason(self, shaped: RolloutGroup, filter_zero_advantage: bool) -> str:
         """Why the shaped view may not be drawn this round ("" = it may). A group the screens did not
         touch and that has no signal is left to the sampler's own zero-advantage filter."""
+        if self.special:
+            return DROP_SPECIAL_TOKENS
         if not (self.removed or self.cut) or not filter_zero_advantage or has_signal([shaped])[0]:
             return ""
         return DROP_REPEATED_TEXT if self.removed else DROP_CUT_NO_SIGNAL
@@ -66,6 +71,7 @@ class FirstLook:
                  max_tokens: int, reward_fn: Callable[[Any, str], float]) -> None:
         self.guard, self.reputation = guard, reputation
         self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
+        self._special_ids = special_ids_of(tokenizer)
         self._reward_fn = reward_fn
         self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
 
@@ -113,6 +119,7 @@ class FirstLook:
         group = v.group
         screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
         view, ids, cut = receiver_view(screened, self._tokenizer, self._eos_id, self._max_tokens)
-        if cut:  # scored on the text it is trained on: the cut text is scored again
+        special = special_token_rows(ids, self._special_ids, self._eos_id) if not group.is_local else 0
+        if cut and not special:  # scored on the text it is trained on: the cut text is scored again
             view = score_group(view, v.question, self._reward_fn)
-        return Look(v, view, ids, removed, cut)
+        return Look(v, view, ids, removed, cut, special)

@@ -62,6 +62,23 @@ def receiver_view(group: RolloutGroup, tokenizer: Any, eos_id: int,
     return replace(group, completions=texts, rewards=None, generator_logprobs=None, logprob_summary=None), ids, True
 
 
+def special_token_rows(ids: Sequence[tuple[int, ...]], special_ids: frozenset[int], eos_id: int) -> int:
+    """Completions whose ids hold a special token before the EOS `retokenize_completion` appended: a
+    peer's literal "<|endoftext|>" text tokenises to the EOS id itself, and every token after it would be
+    trained as if the policy had written past its own end."""
+    return sum(1 for row in ids if any(t in special_ids for t in (row[:-1] if row and row[-1] == eos_id else row)))
+
+
+def special_ids_of(tokenizer: Any) -> frozenset[int]:
+    """Every special token id of `tokenizer` (EOS, PAD, BOS, chat markers, added special tokens)."""
+    ids = {int(i) for i in getattr(tokenizer, "all_special_ids", ()) or ()}
+    for attr in ("eos_token_id", "pad_token_id", "bos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, int):
+            ids.add(value)
+    return frozenset(ids)
+
+
 def advantages_of(group: RolloutGroup, eps: float) -> list[float]:
     """Group advantages from the group's local rewards."""
     if group.rewards is None:

@@ -5,12 +5,20 @@ from the same link still passes."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+from typing import Any
 
+import pytest
 from swarm_helpers import real_groups
 from test_protocol import open_link
 
+from engine.models.generate import SampleConfig
+from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
+from engine.sapo.config import SapoConfig
 from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.repeated_text import RepeatedTextConfig
+from engine.sapo.trainer import Trainer
 from engine.swarm.config import PoolConfig
 from engine.swarm.identity import Identity
 from engine.swarm.protocol import RolloutsReceived
@@ -57,3 +65,42 @@ def test_a_private_seed_is_the_keys_own() -> None:
     assert seed == me.private_seed("heldout-judge", bits=40) and 0 <= seed < 1 << 40
     assert seed != other.private_seed("heldout-judge", bits=40)  # 2^-40 chance of a false failure
     assert seed != me.private_seed("another-use", bits=40)
+
+
+# The trainer side: I = 2, J = 2, and a peer judged from its first question (the screens under test
+# here are not the repeated-text one's wait).
+CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=96),
+                 eval_every=0, checkpoint_every=0, repeated_text=RepeatedTextConfig(min_questions=1))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_policy(tmp_path_factory.mktemp("tiny") / "m", seed=11)
+
+
+def victim(model_dir: Path, cfg: SapoConfig = CFG) -> Trainer:
+    model, tok = load_policy(model_dir)
+    return Trainer(model, tok, cfg, library.preset("seed-easy"), None, None, seed=3)
+
+
+def verdicts(result: Any) -> dict[str, str]:
+    """Each peer group's fate in a round, by its first completion: "used" or the trainer's reason."""
+    out = {v.group.completions[0]: "used" for v in result.used_external}
+    out.update((g.completions[0], why) for g, why in result.dropped_external)
+    return out
+
+
+def test_special_token_text_is_never_trained(alice: Identity, bob: Identity, model_dir: Path) -> None:
+    """Literal "<eos>" in a completion tokenises to the EOS id: the tokens after it would be trained as
+    if the policy had written past its end. The whole group is refused and its origin flagged."""
+    pool = make_pool(PoolConfig(), CFG.sampling.max_new_tokens, False, library.preset("seed-easy"))
+    [honest, smuggler] = real_groups(alice.peer_id, 2, seed=9)
+    right = smuggler.completions[0]
+    smuggled = RolloutGroup(smuggler.ref, smuggler.question_hash,
+                            (right + "<eos> HACKED HACKED", right + "<pad>", "<answer>definitely wrong</answer>"),
+                            smuggler.provenance)
+    assert deliver(alice, bob, [honest, smuggled], pool) == ["pooled", "pooled"]  # valid text, scored mixed
+    trainer = victim(model_dir)
+    result = trainer.run_round(pool.candidates())
+    assert verdicts(result) == {honest.completions[0]: "used", smuggled.completions[0]: "special_tokens"}
+    assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
