@@ -117,6 +117,8 @@ METRICS: tuple[Metric, ...] = (
            "its frontier lately (a right and a wrong answer here).", "groups", None),
     Metric("external_j", "How many peers' groups this round could train on (J).", "groups", None),
     Metric("external_pending", "Peers' groups not judged yet, waiting for a later round.", "groups", None),
+    Metric("peer_loss_share_max", "The largest share of this round's update any one peer held (at most "
+           "one of this round's groups' worth, whatever it sent).", "", None),
     Metric("eval_due_in_s", "Training seconds until the next held-out check (the dashboard's \"next check "
            "in ~N min\").", "s", None),
 )

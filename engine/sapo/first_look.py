@@ -7,6 +7,7 @@ path differed from the same round without the attacker. Judged first, such a gro
 draw, its slot goes to a group that is trained on, and an attacker the screens catch changes nothing.
 
 Per candidate, once (a pooled group is a candidate in every round until it is used or leaves):
+  0. a group larger than this node's own group size is subsampled to it (engine/sapo/peer_weight.py);
   1. its origin's repeated-text window counts it, and its origin's reputation records it;
   2. completions carrying the origin's unexplained repeated words are removed;
   3. the rest is re-tokenised as this node trains it, cut at its token cap, and a cut group re-scored;
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.sapo.peer_weight import subsample_group
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
@@ -68,8 +70,9 @@ class FirstLook:
     the group leaves the candidates."""
 
     def __init__(self, guard: RepeatedTextGuard, reputation: Reputation, tokenizer: Any, eos_id: int,
-                 max_tokens: int, reward_fn: Callable[[Any, str], float]) -> None:
+                 max_tokens: int, reward_fn: Callable[[Any, str], float], group_size: int = 1 << 16) -> None:
         self.guard, self.reputation = guard, reputation
+        self._group_size = group_size  # a peer's group is cut to this node's own group size
         self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
         self._special_ids = special_ids_of(tokenizer)
         self._reward_fn = reward_fn
@@ -116,7 +119,7 @@ class FirstLook:
         return self.guard.questions_seen(v.group.provenance.origin_peer) >= self.guard.cfg.min_questions
 
     def _look(self, v: VerifiedGroup) -> Look:
-        group = v.group
+        group = v.group if v.group.is_local else subsample_group(v.group, self._group_size)
         screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
         view, ids, cut = receiver_view(screened, self._tokenizer, self._eos_id, self._max_tokens)
         special = special_token_rows(ids, self._special_ids, self._eos_id) if not group.is_local else 0

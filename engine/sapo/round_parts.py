@@ -78,6 +78,8 @@ class UpdatePlan:
     j: int  # J this round
     pending: int  # external groups not yet judged
     repeated: int  # completions the repeated-text screen removed
+    step_floor: float = 0.0  # the loss denominator's least value this round (engine/sapo/peer_weight.py)
+    peer_shares: dict[str, float] = field(default_factory=dict)  # origin -> its share of the step budget
 
 
 def round_metrics(local: list[LocalGroup], kept: list[int], suggested: int, peer_text: Sequence[RolloutGroup],

@@ -29,6 +29,7 @@ from engine.sapo.config import SapoConfig
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
+from engine.sapo.peer_weight import cap_peer_mass, loss_shares, step_floor, unit_mass
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.replay import FrontierReplay
@@ -37,7 +38,7 @@ from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, roun
 from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
 from engine.sapo.sampler import DROP_OTHER_MODEL, has_signal, make_sampler, select_groups
 from engine.sapo.source_choice import SOURCES, SourceChoice
-from engine.sapo.update import UpdateStats, make_optimizer, policy_update
+from engine.sapo.update import TrainRow, UpdateStats, make_optimizer, policy_update, strategy_keep
 from engine.sapo.verdicts import skipped_verdicts
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
@@ -97,7 +98,7 @@ class Trainer:
         self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
         self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
-                                    cfg.sampling.max_new_tokens, self.reward_fn)
+                                    cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions)
         self._heldout: list[Any] | None = None
         # Hashes of the judge's question texts this node has trained on (own draws or peers' groups that
         # happen to share a judge question's text): those are left out of every later eval.
@@ -129,6 +130,7 @@ class Trainer:
                                           (t0, t_gen, t_score, t_upd), self._lib.format_reward)
         metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
                        external_j=float(plan.j), external_pending=float(plan.pending),
+                       peer_loss_share_max=max(plan.peer_shares.values(), default=0.0),
                        replayed_groups=float(len(asked.replayed)))
         self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
@@ -140,7 +142,8 @@ class Trainer:
                            used_external=tuple(plan.used_external), dropped_external=tuple(plan.dropped),
                            metrics=metrics, per_specialty_reward=per_spec, phase_seconds=phases, eval=report,
                            checkpoint=ckpt, suggested=tuple(asked.suggested),
-                           skipped=skipped_verdicts(asked.external, plan.dropped))
+                           skipped=skipped_verdicts(asked.external, plan.dropped),
+                           extra={"peer_loss_share": dict(plan.peer_shares)})
 
     def _ask(self, round_no: int, external: Sequence[VerifiedGroup]) -> Asked:
         """Draw the round's I questions and sample L completions to each."""
@@ -226,9 +229,24 @@ class Trainer:
                           cfg.advantage_eps)
         rows += external_rows(list(selection.external), ext_prompts, [look.ids for look in chosen],
                               self.tokenizer, cfg.advantage_eps)
+        rows, floor, shares = self._bound_peers(rows, scored, j, [look.verified for look in chosen])
         kept = [k for k, lg in enumerate(scored.shaped) if id(lg.group) in kept_ids]
         return UpdatePlan(rows, kept_ids, kept, selection.external, [look.verified for look in chosen], dropped,
-                          j, pending, repeated)
+                          j, pending, repeated, step_floor=floor, peer_shares=shares)
+
+    def _bound_peers(self, rows: list[TrainRow], scored: Scored, j: int, used: Sequence[VerifiedGroup]
+                     ) -> tuple[list[TrainRow], float, dict[str, float]]:
+        """Each peer group's mass capped at one own group's, the round's step floor, and each origin's
+        share of the step budget (engine/sapo/peer_weight.py)."""
+        unit = unit_mass(self.cfg.completions, [len(c.token_ids) for lg in scored.local for c in lg.completions])
+        floor = step_floor(len(scored.local) + j, unit)
+        keep = strategy_keep(rows, self.cfg)
+        rows = cap_peer_mass(rows, unit, keep)
+        shares: dict[str, float] = {}
+        for source, share in loss_shares(rows, floor, keep).items():
+            origin = used[source].group.provenance.origin_peer
+            shares[origin] = shares.get(origin, 0.0) + share
+        return rows, floor, shares
 
     def _update(self, round_no: int, plan: UpdatePlan) -> UpdateStats:
         """One policy update on the plan's rows; the round counts as done once it has stepped."""
@@ -236,7 +254,8 @@ class Trainer:
         self._emit(WorkProgress(phase="updating", round=round_no, total=trained,
                                 detail=f"learning from {trained} groups"))
         self._mid_update = True
-        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model)
+        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model,
+                              min_denominator=plan.step_floor)
         self.policy_version += stats.steps
         for k, v in enumerate(plan.used_external):  # what training found out beyond the first look
             if k in stats.implausible_sources:

@@ -134,13 +134,15 @@ def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> lis
 
 
 def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[TrainRow], cfg: SapoConfig,
-                  pad_id: int, ref_model: Any | None = None) -> UpdateStats:
-    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times."""
+                  pad_id: int, ref_model: Any | None = None, min_denominator: float = 0.0) -> UpdateStats:
+    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times. The loss
+    denominator is at least `min_denominator` (a round's step floor: engine/sapo/peer_weight.py)."""
     start = time.perf_counter()
     kl_weights = cfg.beta > 0 or cfg.external_kl_anchor > 0
     if kl_weights and ref_model is None:
         raise ValueError("beta or external_kl_anchor > 0 needs a reference model")
     kept, denom = _rows_in_loss(rows, cfg, kl_weights)
+    denom = max(denom, min_denominator)
     n_tokens = int(sum(len(r.completion_ids) for r in kept))
     if not kept:
         return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start)
@@ -178,16 +180,21 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         implausible=tally.implausible, implausible_sources=frozenset(tally.implausible_sources))
 
 
-def _rows_in_loss(rows: Sequence[TrainRow], cfg: SapoConfig, kl_weights: bool) -> tuple[list[TrainRow], float]:
-    """-> (the rows the forward passes see, the loss denominator). The denominator is fixed over every
-    row the strategy keeps, zero-advantage ones included, before those are skipped."""
-    # Completions the strategy leaves out never reach the forward pass.
+def strategy_keep(rows: Sequence[TrainRow], cfg: SapoConfig) -> list[bool]:
+    """Per row: it enters the loss under the external strategy (and has tokens)."""
     adv_all = torch.tensor([r.advantage for r in rows], dtype=torch.float32)  # [N]
     ext_all = torch.tensor([r.external for r in rows], dtype=torch.bool)  # [N]
     has_all = torch.tensor([_has_gen(r) for r in rows], dtype=torch.bool)  # [N]
     _, keep = apply_external_strategy(cfg.external_strategy, adv_all, ext_all, torch.zeros(len(rows)),
                                       torch.zeros(len(rows)), has_all, cfg.importance_max_weight)
-    kept = [r for r, k in zip(rows, keep.tolist()) if k and len(r.completion_ids) > 0]
+    return [bool(k) and len(r.completion_ids) > 0 for r, k in zip(rows, keep.tolist())]
+
+
+def _rows_in_loss(rows: Sequence[TrainRow], cfg: SapoConfig, kl_weights: bool) -> tuple[list[TrainRow], float]:
+    """-> (the rows the forward passes see, the loss denominator). The denominator is fixed over every
+    row the strategy keeps, zero-advantage ones included, before those are skipped."""
+    # Completions the strategy leaves out never reach the forward pass.
+    kept = [r for r, k in zip(rows, strategy_keep(rows, cfg)) if k]
     token_mask = torch.zeros((len(kept), max([len(r.completion_ids) for r in kept] or [1])))  # [n, C]
     for i, r in enumerate(kept):
         token_mask[i, :len(r.completion_ids)] = 1.0

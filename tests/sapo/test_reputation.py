@@ -95,7 +95,7 @@ def _honest(q: Any) -> RolloutGroup:
 
 def _honest_groups_used(model_dir: Path, sampler: str, rounds: int) -> tuple[int, Trainer]:
     model, tok = load_policy(model_dir)
-    cfg = SapoConfig(num_local=1, num_external=1, completions=2, sampling=SampleConfig(max_new_tokens=40),
+    cfg = SapoConfig(num_local=1, num_external=1, completions=4, sampling=SampleConfig(max_new_tokens=40),
                      eval_every=0, external_min_logprob=-1e6, sampler=sampler)
     trainer = Trainer(model, tok, cfg, preset("rl"), None, None, 11)
     used = 0

@@ -104,3 +104,38 @@ def test_special_token_text_is_never_trained(alice: Identity, bob: Identity, mod
     result = trainer.run_round(pool.candidates())
     assert verdicts(result) == {honest.completions[0]: "used", smuggled.completions[0]: "special_tokens"}
     assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
+
+
+def fabricated(origin: str, seed: int, n: int, completions: int = 16) -> list[RolloutGroup]:
+    """What a peer with no model sends: for real questions, hand-written right and wrong answers at the
+    byte cap, as many as the frame allows (no model was run; every check on content passes)."""
+    out = []
+    for group in real_groups(origin, n, seed=seed):
+        right, wrong = group.completions[0], "<answer>definitely wrong</answer>"
+        texts = tuple(" ".join(str((i * 7 + j) % 10) for j in range(30)) + f" {right if i % 2 else wrong}"
+                      for i in range(completions))
+        out.append(RolloutGroup(group.ref, group.question_hash, texts, group.provenance))
+    return out
+
+
+@pytest.mark.parametrize("identities", [1, 2])
+def test_fabricating_identities_hold_at_most_their_share_of_a_round(
+        identities: int, bob: Identity, model_dir: Path) -> None:
+    """I = 2 own groups, flat (a random tiny model never answers right: the worst case, where the step
+    would otherwise be all the peers'), J = 2, one group per origin per round. However many and however
+    long the completions, one identity holds <= 1/(I+J) of the round's step budget, two <= J/(I+J)."""
+    cfg = CFG.replace(max_origin_share=0.5)
+    pool = make_pool(PoolConfig(max_completion_bytes=1 << 16), cfg.sampling.max_new_tokens, False,
+                     library.preset("seed-easy"))
+    attackers = [Identity.generate() for _ in range(identities)]
+    for k, attacker in enumerate(attackers):
+        assert set(deliver(attacker, bob, fabricated(attacker.peer_id, 20 + k, 2), pool)) == {"pooled"}
+    trainer = victim(model_dir, cfg)
+    result = trainer.run_round(pool.candidates())
+    assert not any(lg.has_signal for lg in result.local_groups)  # own groups flat, as meant
+    assert len(result.used_external) == identities  # they were trained on: bounded, not refused
+    shares = result.extra["peer_loss_share"]
+    assert set(shares) == {a.peer_id for a in attackers}
+    assert max(shares.values()) <= 1 / 4 + 1e-9
+    assert sum(shares.values()) <= identities / 4 + 1e-9
+    assert result.metrics["peer_loss_share_max"] == max(shares.values())
