@@ -21,6 +21,7 @@ DROP_ZERO_ADVANTAGE = "zero_advantage"
 DROP_NOT_SCORED = "not_rescored"
 DROP_NOT_SAMPLED = "not_sampled"
 DROP_OTHER_MODEL = "other_model"  # made by another base model: not trained on (SapoConfig.external_same_model)
+DROP_SAME_QUESTION = "same_question"  # another peer's group on the same question was drawn this round
 
 
 class ExternalSampler(Protocol):
@@ -74,7 +75,8 @@ def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup],
                   sampler: ExternalSampler, rng: random.Random,
                   filter_zero_advantage: bool = True, max_origin_share: float = 1.0) -> Selection:
     """Apply the zero-advantage filter to all groups, then draw `num_external` (J) external groups,
-    at most `per_origin_cap` of them from one origin (one peer must not fill a round's peer rows)."""
+    at most `per_origin_cap` of them from one origin (one peer must not fill a round's peer rows) and at
+    most one per question (identities sending the same question cannot stack its weight)."""
     dropped: list[tuple[RolloutGroup, str]] = []
     scored_ext = []
     for g in external:
@@ -93,11 +95,19 @@ def select_groups(own: Sequence[RolloutGroup], external: Sequence[RolloutGroup],
     cap = per_origin_cap(num_external, max_origin_share)
     chosen: list[RolloutGroup] = []
     taken: dict[str, int] = {}
-    for g in sampler.draw(kept_ext, len(kept_ext), rng):  # the sampler's order, then the cap
+    questions: set[str] = set()
+    same_question: list[RolloutGroup] = []
+    for g in sampler.draw(kept_ext, len(kept_ext), rng):  # the sampler's order, then the caps
         origin = g.provenance.origin_peer
         if len(chosen) < num_external and taken.get(origin, 0) < cap:
+            if g.question_hash in questions:
+                same_question.append(g)
+                continue
             chosen.append(g)
             taken[origin] = taken.get(origin, 0) + 1
+            questions.add(g.question_hash)
     chosen_ids = {id(g) for g in chosen}
-    dropped.extend((g, DROP_NOT_SAMPLED) for g in kept_ext if id(g) not in chosen_ids)
+    dropped.extend((g, DROP_SAME_QUESTION) for g in same_question)
+    left = {id(g) for g in same_question} | chosen_ids
+    dropped.extend((g, DROP_NOT_SAMPLED) for g in kept_ext if id(g) not in left)
     return Selection(own=kept_own, external=chosen, dropped=dropped)

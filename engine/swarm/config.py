@@ -84,6 +84,9 @@ class PoolConfig:
     max_age_s: float = 600.0  # groups received longer ago than this are stale
     max_policy_lag: int = 64  # groups this many policy versions behind their origin's newest are stale
     max_uses: int = 1  # times a group may be trained on before it leaves the pool
+    # Times one question (its text's hash) may be trained on from peers' groups, whoever sent them: a
+    # crowd of identities re-sending one question, with other answers each, does not train it again and again.
+    max_question_uses: int = 2
     history: int = 512  # recent decisions (pooled/used/dropped + reason) kept for display
     # A completion longer than this (UTF-8 bytes) is not one this node could have generated: refused before
     # any scoring. The node sets it from its own token cap (BYTES_PER_TOKEN x max_new_tokens).
@@ -97,10 +100,11 @@ class PoolConfig:
 
     def __post_init__(self) -> None:
         _positive("PoolConfig", capacity=self.capacity, max_peer_share=self.max_peer_share,
-                  max_age_s=self.max_age_s, max_uses=self.max_uses, history=self.history,
+                  max_age_s=self.max_age_s, max_uses=self.max_uses, max_question_uses=self.max_question_uses,
+                  history=self.history,
                   max_completion_bytes=self.max_completion_bytes, rescore_cpu_s_per_peer=self.rescore_cpu_s_per_peer,
                   rescore_cpu_s_total=self.rescore_cpu_s_total)
-        for name in ("capacity", "max_policy_lag", "max_uses", "history", "max_completion_bytes"):
+        for name in ("capacity", "max_policy_lag", "max_uses", "max_question_uses", "history", "max_completion_bytes"):
             if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
                 raise ValueError(f"PoolConfig.{name} must be an int")  # noqa: TRY004 - config convention
         if self.max_policy_lag < 0:

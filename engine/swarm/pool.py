@@ -34,6 +34,7 @@ DROP_REASONS = (
     "heldout_question",  # the reference names a held-out question: no peer may make a node train on its judge
     "rescore_error",  # the local verifier failed on it (logged with the error type)
     "stale_policy",  # generated too many policy versions before its origin's newest
+    "question_used_up",  # its question was trained on max_question_uses times already (from any origin)
     "expired",  # in the pool longer than max_age_s
     "evicted_peer_share",  # its origin peer exceeded its share; its oldest group made room
     "evicted_address_share",  # the network address it came from exceeded its share (many identities, one host)
@@ -111,6 +112,7 @@ class RolloutPool:
         self._seen: OrderedDict[str, None] = OrderedDict()  # content keys ever offered (bounded)
         self._peers: OrderedDict[str, _PeerStats] = OrderedDict()
         self._history: deque[PoolDecision] = deque(maxlen=config.history)
+        self._question_uses: OrderedDict[str, int] = OrderedDict()  # question hash -> peers' groups trained
         self._totals: Counter[str] = Counter()
         self._dropped: Counter[str] = Counter()
         # Re-scoring CPU credit (seconds), refilled per minute; per origin and for the whole pool.
@@ -177,6 +179,8 @@ class RolloutPool:
                     del self._entries[key]
                 decisions.append(PoolDecision("used", "", entry.group, entry.peer_name, self._clock(),
                                               question=entry.verified.question))
+                self._count_question_use(group.question_hash)
+            decisions += self._retire_used_up_questions()
         self._finish(decisions)
 
     # --- readers ------------------------------------------------------------------------------------
@@ -229,6 +233,8 @@ class RolloutPool:
             return "local_group"
         if key in self._seen:
             return "duplicate"
+        if self._question_used_up(group.question_hash):
+            return "question_used_up"
         cap = self.config.max_completion_bytes
         if any(len(c) > cap or len(c.encode("utf-8", "surrogatepass")) > cap for c in group.completions):
             return "oversized"
@@ -243,6 +249,19 @@ class RolloutPool:
         if version + self.config.max_policy_lag < stats.newest_policy:
             return "stale_policy"
         return None
+
+    def _count_question_use(self, question_hash: str) -> None:
+        uses = self._question_uses.pop(question_hash, 0) + 1
+        self._question_uses[question_hash] = uses
+        if len(self._question_uses) > self.config.capacity * SEEN_KEYS_PER_SLOT:
+            self._question_uses.popitem(last=False)
+
+    def _question_used_up(self, question_hash: str) -> bool:
+        return self._question_uses.get(question_hash, 0) >= self.config.max_question_uses
+
+    def _retire_used_up_questions(self) -> list[PoolDecision]:
+        return [self._evict(k, "question_used_up") for k, e in list(self._entries.items())
+                if self._question_used_up(e.group.question_hash)]
 
     def _charge(self, peer: str, seconds: float) -> None:
         """Lock NOT held by the caller."""

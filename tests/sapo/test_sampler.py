@@ -8,13 +8,14 @@ from collections import Counter
 import pytest
 
 from engine.sapo.records import Provenance, RolloutGroup
-from engine.sapo.sampler import UniformSampler, make_sampler, select_groups
+from engine.sapo.sampler import DROP_SAME_QUESTION, UniformSampler, make_sampler, select_groups
 from engine.tasks.reference import TaskRef
 
 
-def group(index: int, rewards: tuple[float, ...] | None, peer: str = "peer") -> RolloutGroup:
+def group(index: int, rewards: tuple[float, ...] | None, peer: str = "peer", question: str = "") -> RolloutGroup:
     prov = Provenance(peer, "seed", 1, 1, 0.0)
-    g = RolloutGroup(TaskRef("bf", {}, 1, index), "h", tuple("abcd"[: len(rewards or (0, 0))]), prov)
+    g = RolloutGroup(TaskRef("bf", {}, 1, index), question or f"h{index}", tuple("abcd"[: len(rewards or (0, 0))]),
+                     prov)
     return g if rewards is None else g.with_rewards(rewards)
 
 
@@ -62,3 +63,12 @@ def test_one_origin_cannot_fill_a_rounds_external_groups() -> None:
     assert Counter(why for _, why in only.dropped) == {"not_sampled": 18}
     assert [per_origin_cap(j, 0.5) for j in (1, 2, 3, 4)] == [1, 1, 2, 2]
     assert per_origin_cap(4, 1.0) == 4
+
+
+def test_at_most_one_peer_group_per_question_in_a_round() -> None:
+    """Identities sending the same question cannot stack its weight: the second waits in the pool."""
+    same = [group(i, (1.0, 0.0), peer=f"sybil-{i}", question="q") for i in range(3)]
+    other = group(9, (1.0, 0.0), peer="honest")
+    sel = select_groups([], same + [other], 3, UniformSampler(), random.Random(1))
+    assert sorted(g.question_hash for g in sel.external) == ["h9", "q"]
+    assert sorted(why for _, why in sel.dropped) == [DROP_SAME_QUESTION, DROP_SAME_QUESTION]

@@ -139,3 +139,39 @@ def test_fabricating_identities_hold_at_most_their_share_of_a_round(
     assert max(shares.values()) <= 1 / 4 + 1e-9
     assert sum(shares.values()) <= identities / 4 + 1e-9
     assert result.metrics["peer_loss_share_max"] == max(shares.values())
+
+
+def same_question(origins: list[Identity], seed: int = 31) -> list[list[RolloutGroup]]:
+    """One real question, answered by each identity with answers of its own (so no group is a copy)."""
+    [base] = real_groups(origins[0].peer_id, 1, seed=seed)
+    right = base.completions[0]
+    return [[RolloutGroup(base.ref, base.question_hash, (f"{k} {right}", f"<answer>wrong {k}</answer>"),
+                          Provenance(o.peer_id, "seed", 3, 1, time.time()))] for k, o in enumerate(origins)]
+
+
+def test_identities_sending_one_question_train_it_once_a_round(bob: Identity, model_dir: Path) -> None:
+    sybils = [Identity.generate() for _ in range(2)]
+    pool = make_pool(PoolConfig(), CFG.sampling.max_new_tokens, False, library.preset("seed-easy"))
+    for sybil, groups in zip(sybils, same_question(sybils)):
+        assert deliver(sybil, bob, groups, pool) == ["pooled"]
+    [honest] = real_groups(Identity.generate().peer_id, 1, seed=32)
+    pool.offer(honest, "honest", "192.0.2.8")
+    result = victim(model_dir, CFG.replace(num_external=3)).run_round(pool.candidates())  # room for all three
+    used = sorted(v.group.question_hash for v in result.used_external)
+    assert used == sorted({honest.question_hash, same_question(sybils)[0][0].question_hash})
+    assert [why for _, why in result.dropped_external] == ["same_question"]
+
+
+def test_a_question_is_trained_from_peers_at_most_max_question_uses_times(bob: Identity) -> None:
+    crowd = [Identity.generate() for _ in range(4)]
+    groups = same_question(crowd)
+    pool = make_pool(PoolConfig(max_question_uses=2), 96, False, library.preset("seed-easy"))
+    for sender, sent in zip(crowd[:3], groups[:3]):
+        assert deliver(sender, bob, sent, pool) == ["pooled"]
+    first, second, third = pool.candidates()
+    pool.mark_used([first])
+    assert len(pool.candidates()) == 2
+    pool.mark_used([second])  # the question's second use: the crowd's other groups on it leave
+    assert pool.candidates() == []
+    assert pool.stats()["dropped"] == {"question_used_up": 1}
+    assert deliver(crowd[3], bob, groups[3], pool) == ["question_used_up"]
