@@ -168,7 +168,7 @@ def test_a_question_is_trained_from_peers_at_most_max_question_uses_times(bob: I
     pool = make_pool(PoolConfig(max_question_uses=2), 96, False, library.preset("seed-easy"))
     for sender, sent in zip(crowd[:3], groups[:3]):
         assert deliver(sender, bob, sent, pool) == ["pooled"]
-    first, second, third = pool.candidates()
+    first, second, _third = pool.candidates()
     pool.mark_used([first])
     assert len(pool.candidates()) == 2
     pool.mark_used([second])  # the question's second use: the crowd's other groups on it leave
