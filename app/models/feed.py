@@ -30,6 +30,7 @@ REASON_WORDS = {
     "other_model": "made by another model: its answers are not this model's to learn from",
     "local_group": "one of this node's own groups",
     "duplicate": "same content as a group already received",
+    "copied": "a copy of another peer's answers: the peer who shared them first gets the credit",
     "oversized": "an answer longer than this model could write",
     "over_cpu_budget": "the peer used up its share of checking time",
     "forged_ref": "the question does not match its reference",

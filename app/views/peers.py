@@ -23,8 +23,11 @@ COLUMNS = ("", "Name", "Model", "Found by", "Address", "Last seen", "Rollouts re
 TRUST_TIP = ("Share of this peer's rollouts that this node could use whole: rollouts with text the peer keeps "
              "repeating for no reason, answers this model finds implausible, or padding count against it. "
              "With the reputation sampler, low-trust peers are drawn less often.")
-CREDIT_TIP = ("Peers that train on a group of yours send a small signed receipt. Only groups this node "
-              "really shared count, once per peer. Receipts are shown here and used for nothing else.")
+CREDIT_TIP = ("Peers that train on a group of yours send a small signed receipt. What counts: groups this node "
+              "really shared, once per peer, and only from peers whose own answers this node has checked and "
+              "kept (a brand-new name cannot hand out credit). A copy of your group that someone else "
+              "re-signs is refused as a copy: the credit stays with whoever shared it first. Receipts are "
+              "shown here and used for nothing else.")
 FOUND_BY = {"mdns": "LAN (mDNS)", "bootstrap": "bootstrap server", "manual": "manual", "inbound": "incoming link"}
 
 

@@ -109,6 +109,10 @@ class NodeSwarm:
         pool = self.pool
         return pool.candidates() if pool is not None else []
 
+    def copiers(self) -> list[str]:
+        pool = self.pool
+        return pool.take_copiers() if pool is not None else []
+
     def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
         """A round ended (the round step's exchange, on the trainer thread): mark and report the peers'
         groups it used, tell their origins (receipts), publish its own groups (and fetch `fetch` of

@@ -28,6 +28,10 @@ class Exchange(Protocol):
         """The round ended: `used` entered the loss, `own` is this node's to share; fetch `fetch` more."""
         ...
 
+    def copiers(self) -> list[str]:
+        """Origins caught re-signing a group another origin signed first, since the last call."""
+        ...
+
 
 class PoolExchange:
     """A pool as an exchange: draws from it, marks what was used, and hands own groups to `publish`
@@ -43,6 +47,9 @@ class PoolExchange:
         self.offered = len(groups)
         return groups
 
+    def copiers(self) -> list[str]:
+        return list(self.pool.take_copiers())  # type: ignore[attr-defined]
+
     def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
         if used:
             self.pool.mark_used(used)  # type: ignore[attr-defined]
@@ -53,6 +60,8 @@ class PoolExchange:
 def step(trainer: Trainer, exchange: Exchange) -> RoundResult:
     """One round: the candidates (only when the trainer takes peers' groups), the trainer's round, then
     the exchange gets the round's own groups and the peers' groups that entered the loss."""
+    for origin in exchange.copiers():  # a copy earns its signer a flag, the first signer the credit
+        trainer.reputation.record(origin, flagged=True)
     external = exchange.candidates() if trainer.cfg.num_external or trainer.cfg.num_suggested else []
     result = trainer.run_round(external)
     # a group whose question was answered here was used too: the pool retires it, its origin is told

@@ -27,7 +27,8 @@ from engine.swarm.limits import KeyedBuckets, TokenBucket
 # Why a group left (or never entered) the pool.
 DROP_REASONS = (
     "local_group",  # a group of our own: the pool holds peers' groups only
-    "duplicate",  # same content as a group already received
+    "duplicate",  # same content as a group already received from the same origin
+    "copied",  # same content as a group another origin signed first: the first signer keeps the credit
     "oversized",  # a completion longer than this node could generate (PoolConfig.max_completion_bytes)
     "over_cpu_budget",  # its origin (or all origins together) spent the minute's re-scoring CPU
     "forged_ref",  # the reference does not regenerate a question with that hash (or is unknown)
@@ -45,8 +46,9 @@ SEEN_KEYS_PER_SLOT = 8  # remember this many content keys per pool slot for dupl
 
 
 def content_key(group: RolloutGroup) -> str:
-    """Identity of a group's content (reference, question hash, completions); rewards excluded."""
-    payload = json.dumps([group.ref.key, group.question_hash, list(group.completions)],
+    """Identity of a group's content (reference, question hash, the completions as a multiset): rewards,
+    signer and completion order excluded, so a reordered or re-signed copy is the same group."""
+    payload = json.dumps([group.ref.key, group.question_hash, sorted(group.completions)],
                          ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -109,7 +111,8 @@ class RolloutPool:
         self._on_decision = on_decision
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # content key -> entry, oldest first
-        self._seen: OrderedDict[str, None] = OrderedDict()  # content keys ever offered (bounded)
+        self._seen: OrderedDict[str, str] = OrderedDict()  # content key ever offered -> its first signer (bounded)
+        self._copiers: deque[str] = deque(maxlen=MAX_TRACKED_PEERS)  # origins caught copying, not yet taken
         self._peers: OrderedDict[str, _PeerStats] = OrderedDict()
         self._history: deque[PoolDecision] = deque(maxlen=config.history)
         self._question_uses: OrderedDict[str, int] = OrderedDict()  # question hash -> peers' groups trained
@@ -134,7 +137,7 @@ class RolloutPool:
             self._totals["received"] += 1
             early = self._early_reason(group, key, stats)
             if early is None:
-                self._remember(key)  # claimed now, so a copy arriving while we score is a duplicate
+                self._remember(key, group.provenance.origin_peer)  # claimed now, so a copy arriving while we score is a duplicate
         if early is not None:
             return self._decided([self._drop(group, peer_name, early)])
         cpu0 = time.thread_time()  # this thread's CPU: waiting for a core under load is not charged
@@ -192,6 +195,19 @@ class RolloutPool:
         self._finish(decisions)
         return groups
 
+    def take_copiers(self) -> list[str]:
+        """Origins whose group copied another signer's since the last call (once per copy)."""
+        with self._lock:
+            out = list(self._copiers)
+            self._copiers.clear()
+        return out
+
+    def has_verified(self, peer_id: str) -> bool:
+        """This pool has verified (pooled) a group of `peer_id`'s (within the peers it still tracks)."""
+        with self._lock:
+            stats = self._peers.get(peer_id)
+            return stats is not None and stats.pooled > 0
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)
@@ -231,7 +247,11 @@ class RolloutPool:
     def _early_reason(self, group: RolloutGroup, key: str, stats: _PeerStats) -> str | None:
         if group.is_local:
             return "local_group"
-        if key in self._seen:
+        first = self._seen.get(key)
+        if first is not None:
+            if first != group.provenance.origin_peer:
+                self._copiers.append(group.provenance.origin_peer)
+                return "copied"
             return "duplicate"
         if self._question_used_up(group.question_hash):
             return "question_used_up"
@@ -271,8 +291,8 @@ class RolloutPool:
             self._cpu_peer.bucket(peer, now).charge(now, seconds)
             self._cpu_total.charge(now, seconds)
 
-    def _remember(self, key: str) -> None:
-        self._seen[key] = None
+    def _remember(self, key: str, origin: str) -> None:
+        self._seen[key] = origin
         if len(self._seen) > self.config.capacity * SEEN_KEYS_PER_SLOT:
             self._seen.popitem(last=False)
 

@@ -26,9 +26,9 @@ MAX_STATE_BYTES = 1 << 20
 
 class ReceiptCourier:
     def __init__(self, protocol: p.SwarmProtocol, config: ReceiptConfig, link_to: Callable[[str], Any],
-                 board: Any, state_path: Path | None = None) -> None:
+                 board: Any, state_path: Path | None = None, vouched: Callable[[str], bool] | None = None) -> None:
         self.protocol, self.config = protocol, config
-        self.book = ReceiptBook(config, protocol.identity.peer_id)
+        self.book = ReceiptBook(config, protocol.identity.peer_id, vouched=vouched)
         self._link_to = link_to  # peer id -> its open direct link, or None
         self._board = board  # the node's BoardClient
         self._state_path = state_path

@@ -6,7 +6,8 @@ not all equal under its verifier: a group it trained on that taught nothing is s
 subject `sapo.receipts.<origin>`, which only that origin may read). Sending is optional
 (`ReceiptConfig.send`), and so is believing: the origin counts a receipt only for groups it really
 published (it remembers its own recent content keys), once per (peer, group), within a per-peer
-rate. Receipts are a display. Nothing else reads them: not the sampler, not reputation, not the
+rate, and only from a sender this node has itself verified a group of (so a fresh identity cannot
+mint credit). Receipts are a display. Nothing else reads them: not the sampler, not reputation, not the
 pool. A lying peer can at most inflate a number on someone's screen, by groups that did exist.
 
 `ReceiptBook` is sans-I/O and locked (the asyncio loop writes it; the control API reads it).
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +90,12 @@ def receipt_from_wire(body: dict[str, Any]) -> tuple[str, tuple[str, ...], tuple
 class ReceiptBook:
     """This node's own published groups and the receipts peers sent for them. See the module docstring."""
 
-    def __init__(self, config: ReceiptConfig, me: str, clock: Any = time.time) -> None:
+    def __init__(self, config: ReceiptConfig, me: str, clock: Any = time.time,
+                 vouched: Callable[[str], bool] | None = None) -> None:
         self.config, self.me, self._clock = config, me, clock
+        # A receipt counts only from a sender this node itself verified a group of (the pool's word): a
+        # fresh key costs nothing, a group that passes this node's own checks does.
+        self._vouched = vouched
         self._lock = threading.Lock()
         # Own content keys, newest last -> the peers whose receipt for it counted (each once). A key
         # that leaves can no longer be counted, so its senders leave with it: memory is bounded by
@@ -122,9 +127,13 @@ class ReceiptBook:
         keys whose training gave the sender's update a gradient."""
         moved = set(gradient)
         now = self._clock()
+        known = self._vouched is None or self._vouched(sender)  # before our lock: the pool takes its own
         with self._lock:
             if to != self.me:
                 self.ignored["not_for_us"] += 1
+                return 0
+            if not known:
+                self.ignored["unverified_sender"] += 1
                 return 0
             if not self._buckets.take(sender, now):
                 self.ignored["rate_limited"] += 1

@@ -83,7 +83,7 @@ class SwarmService:
             config.pool.max_age_s, config.limits.max_frame_bytes, config.ca_file),
             on_receipt=self._board_receipt)
         self.receipts = ReceiptCourier(self.protocol, config.receipts, self._open_link_to, self.board,
-                                       receipts_state)
+                                       receipts_state, vouched=pool.has_verified)
 
     # --- lifecycle ------------------------------------------------------------------------------------
     async def start(self) -> None:

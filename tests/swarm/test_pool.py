@@ -59,9 +59,14 @@ def test_duplicates_by_content() -> None:
     group = make_group(PEER_A, 1)
     assert pool.offer(group).status == "pooled"
     assert pool.offer(group).reason == "duplicate"
-    # Same content relayed from someone else, or with other provenance: still a duplicate.
-    other = replace(group, provenance=replace(group.provenance, origin_peer=PEER_B, round=99))
-    assert pool.offer(other).reason == "duplicate"
+    # Same content with other provenance, or its completions reordered: still a duplicate.
+    assert pool.offer(replace(group, provenance=replace(group.provenance, round=99))).reason == "duplicate"
+    assert pool.offer(replace(group, completions=("5", "4"))).reason == "duplicate"
+    # Re-signed by another origin: a copy (the first signer keeps the credit; the copier is flagged).
+    copy = replace(group, completions=("5", "4"), provenance=replace(group.provenance, origin_peer=PEER_B))
+    assert pool.offer(copy).reason == "copied"
+    assert pool.take_copiers() == [PEER_B] and pool.take_copiers() == []
+    assert pool.has_verified(PEER_A) and not pool.has_verified(PEER_B)
     assert pool.offer(replace(group, completions=("4", "6"))).status == "pooled"
 
 
