@@ -8,8 +8,9 @@ to a question regenerated from its reference). What it sends is not bounded, so 
   2. `cap_peer_mass`: a peer group's advantage-token mass, M_g = sum_i |A_i| n_i over its rows the loss
      keeps (A_i its advantage, n_i its tokens), is scaled down to at most one own group's, U = G t_own
      (t_own: the mean length of this round's own completions, which only this node's policy wrote);
-  3. `step_floor`: the loss denominator is at least (I + J) U tokens, so a round whose own groups are
-     flat does not hand the whole step to the peers' rows.
+  3. `floor_peer_rows`: peers' rows are divided by max(D, F) rather than the round's loss denominator D,
+     with F = (I + J) U (`step_floor`): a round whose own groups are flat (D small) does not hand the whole
+     step to the peers' rows. Own rows keep D: a round without peers is the round it always was.
 
 A group's share of the round's step budget, M_g / max(sum of all masses, (I + J) U), is then at most
 1 / (I + J); one origin places at most ceil(J x max_origin_share) groups in a round, so J identities hold at
@@ -76,6 +77,15 @@ def cap_peer_mass(rows: Sequence[TrainRow], unit: float, keep: Sequence[bool]) -
     scale = {source: unit / mass for source, mass in group_masses(rows, keep).items() if mass > unit}
     return [replace(r, advantage=r.advantage * scale[r.source]) if r.external and r.source in scale else r
             for r in rows]
+
+
+def floor_peer_rows(rows: Sequence[TrainRow], denominator: float, floor: float) -> list[TrainRow]:
+    """External rows scaled by D / max(D, F): their part of the step is as if the loss were divided by
+    max(D, F) (D: the round's loss denominator, F: its step floor)."""
+    scale = denominator / max(denominator, floor, 1e-12)
+    if scale >= 1.0:
+        return list(rows)
+    return [replace(r, advantage=r.advantage * scale) if r.external else r for r in rows]
 
 
 def loss_shares(rows: Sequence[TrainRow], floor: float, keep: Sequence[bool]) -> dict[int, float]:

@@ -78,7 +78,7 @@ class UpdatePlan:
     j: int  # J this round
     pending: int  # external groups not yet judged
     repeated: int  # completions the repeated-text screen removed
-    step_floor: float = 0.0  # the loss denominator's least value this round (engine/sapo/peer_weight.py)
+    step_floor: float = 0.0  # what peers' rows are divided by at least this round (engine/sapo/peer_weight.py)
     peer_shares: dict[str, float] = field(default_factory=dict)  # origin -> its share of the step budget
 
 

@@ -29,7 +29,7 @@ from engine.sapo.config import SapoConfig
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
-from engine.sapo.peer_weight import cap_peer_mass, loss_shares, step_floor, unit_mass
+from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.replay import FrontierReplay
@@ -38,7 +38,14 @@ from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, roun
 from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
 from engine.sapo.sampler import DROP_OTHER_MODEL, has_signal, make_sampler, select_groups
 from engine.sapo.source_choice import SOURCES, SourceChoice
-from engine.sapo.update import TrainRow, UpdateStats, make_optimizer, policy_update, strategy_keep
+from engine.sapo.update import (
+    TrainRow,
+    UpdateStats,
+    make_optimizer,
+    policy_update,
+    round_denominator,
+    strategy_keep,
+)
 from engine.sapo.verdicts import skipped_verdicts
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
@@ -236,17 +243,17 @@ class Trainer:
 
     def _bound_peers(self, rows: list[TrainRow], scored: Scored, j: int, used: Sequence[VerifiedGroup]
                      ) -> tuple[list[TrainRow], float, dict[str, float]]:
-        """Each peer group's mass capped at one own group's, the round's step floor, and each origin's
-        share of the step budget (engine/sapo/peer_weight.py)."""
+        """Each peer group's mass capped at one own group's and the peers' rows floored (the round's step
+        floor), with each origin's share of the step budget (engine/sapo/peer_weight.py)."""
         unit = unit_mass(self.cfg.completions, [len(c.token_ids) for lg in scored.local for c in lg.completions])
         floor = step_floor(len(scored.local) + j, unit)
         keep = strategy_keep(rows, self.cfg)
         rows = cap_peer_mass(rows, unit, keep)
-        shares: dict[str, float] = {}
+        shares: dict[str, float] = {}  # of the budget as if every row were divided by max(D, F): an upper bound
         for source, share in loss_shares(rows, floor, keep).items():
             origin = used[source].group.provenance.origin_peer
             shares[origin] = shares.get(origin, 0.0) + share
-        return rows, floor, shares
+        return floor_peer_rows(rows, round_denominator(rows, self.cfg), floor), floor, shares
 
     def _update(self, round_no: int, plan: UpdatePlan) -> UpdateStats:
         """One policy update on the plan's rows; the round counts as done once it has stepped."""
@@ -254,8 +261,7 @@ class Trainer:
         self._emit(WorkProgress(phase="updating", round=round_no, total=trained,
                                 detail=f"learning from {trained} groups"))
         self._mid_update = True
-        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model,
-                              min_denominator=plan.step_floor)
+        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model)
         self.policy_version += stats.steps
         for k, v in enumerate(plan.used_external):  # what training found out beyond the first look
             if k in stats.implausible_sources:

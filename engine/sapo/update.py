@@ -134,15 +134,13 @@ def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> lis
 
 
 def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[TrainRow], cfg: SapoConfig,
-                  pad_id: int, ref_model: Any | None = None, min_denominator: float = 0.0) -> UpdateStats:
-    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times. The loss
-    denominator is at least `min_denominator` (a round's step floor: engine/sapo/peer_weight.py)."""
+                  pad_id: int, ref_model: Any | None = None) -> UpdateStats:
+    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times."""
     start = time.perf_counter()
     kl_weights = cfg.beta > 0 or cfg.external_kl_anchor > 0
     if kl_weights and ref_model is None:
         raise ValueError("beta or external_kl_anchor > 0 needs a reference model")
     kept, denom = _rows_in_loss(rows, cfg, kl_weights)
-    denom = max(denom, min_denominator)
     n_tokens = int(sum(len(r.completion_ids) for r in kept))
     if not kept:
         return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start)
@@ -188,6 +186,11 @@ def strategy_keep(rows: Sequence[TrainRow], cfg: SapoConfig) -> list[bool]:
     _, keep = apply_external_strategy(cfg.external_strategy, adv_all, ext_all, torch.zeros(len(rows)),
                                       torch.zeros(len(rows)), has_all, cfg.importance_max_weight)
     return [bool(k) and len(r.completion_ids) > 0 for r, k in zip(rows, keep.tolist())]
+
+
+def round_denominator(rows: Sequence[TrainRow], cfg: SapoConfig) -> float:
+    """The loss denominator `policy_update` will divide the round's summed loss by."""
+    return _rows_in_loss(rows, cfg, True)[1]
 
 
 def _rows_in_loss(rows: Sequence[TrainRow], cfg: SapoConfig, kl_weights: bool) -> tuple[list[TrainRow], float]:

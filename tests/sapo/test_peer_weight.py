@@ -7,6 +7,7 @@ import pytest
 
 from engine.sapo.peer_weight import (
     cap_peer_mass,
+    floor_peer_rows,
     group_masses,
     loss_shares,
     step_floor,
@@ -56,3 +57,10 @@ def test_rows_the_strategy_leaves_out_weigh_nothing() -> None:
     rows = [row(2.0, 10, source=0), row(-2.0, 10, source=0)]
     assert group_masses(rows, [True, False]) == {0: 20.0}
     assert loss_shares(rows, 0.0, [False, False]) == {}
+
+
+def test_peers_rows_are_divided_by_at_least_the_floor_and_own_rows_as_before() -> None:
+    rows = [row(1.0, 5), row(-1.0, 5), row(2.0, 10, source=0)]
+    floored = floor_peer_rows(rows, denominator=20.0, floor=80.0)  # D = 20 tokens, F = 80
+    assert floored[:2] == rows[:2] and floored[2].advantage == 2.0 * 20.0 / 80.0
+    assert floor_peer_rows(rows, denominator=100.0, floor=80.0) == rows  # D above the floor: unchanged
