@@ -78,7 +78,8 @@ def test_a_screened_group_reaches_the_feed_with_its_reason(tmp_path: Path, tiny_
     # (all answers wrong) has no signal. The repeated-text screen is off: it would hold a fresh peer's
     # groups until it has seen 3 questions, which is its own tests' business.
     sapo = preset("cpu-small").replace(num_local=2, completions=4, eval_every=0, checkpoint_every=0,
-                                       num_external=1, repeated_text=RepeatedTextConfig(enabled=False))
+                                       num_external=1, repeated_text=RepeatedTextConfig(enabled=False),
+                                       quarantine_rounds=0)
     cfg = NodeConfig(data_dir=tmp_path, model=str(tiny_model), sapo=sapo, solo=False, rounds=3, seed=3,
                      swarm=SwarmConfig(listen_host="127.0.0.1", mdns=False))
     node = Node(cfg)

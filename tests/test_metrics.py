@@ -39,7 +39,8 @@ FROZEN = {
 # then also says when the next one is due. A peer is judged from its first question here.
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=6),
                  checkpoint_every=0, checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=100,
-                 eval_per_specialty=1, eval_k=2, lr=1e-3, repeated_text=RepeatedTextConfig(min_questions=1))
+                 eval_per_specialty=1, eval_k=2, lr=1e-3, repeated_text=RepeatedTextConfig(min_questions=1),
+                 quarantine_rounds=0)
 
 
 def odd_length_reward(question: object, completion: str) -> float:

@@ -101,6 +101,9 @@ class SapoConfig:
     # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
     max_origin_share: float = 1.0
     repeated_text: RepeatedTextConfig = field(default_factory=RepeatedTextConfig)  # peers' unexplained repeats
+    # A new origin's groups are shown but not trained on until it has been a candidate here for this
+    # many rounds (engine/sapo/quarantine.py); 0 = trained from its first round.
+    quarantine_rounds: int = 3
     sampling: SampleConfig = field(default_factory=SampleConfig)  # generation for training rounds
     partial_credit: bool = False  # verifier partial credit (False: reward 1 only for a right answer)
     prompt_style: str = "compact"  # task prompt template: engine.tasks.prompts.PROMPT_STYLES
@@ -202,6 +205,7 @@ class SapoConfig:
             raise ValueError("adaptive_j must be an AdaptiveJConfig")  # noqa: TRY004 (ValueError for every bad input)
         _float("format_reward", self.format_reward, 0.0, 1.0)
         _int("format_reward_rounds", self.format_reward_rounds, 0)
+        _int("quarantine_rounds", self.quarantine_rounds, 0, 10000)
         _int("dataset_seed", self.dataset_seed, 0, 2**62)
 
     def _check_schedule(self) -> None:

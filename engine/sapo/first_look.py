@@ -14,8 +14,9 @@ Per candidate, once (a pooled group is a candidate in every round until it is us
   4. the view is kept: each round it is shaped with that round's format weight and must still have
      signal to be drawn.
 A fresh origin's groups wait ("pending", not dropped) until the screen has seen it on
-`min_questions` questions: before that a trigger cannot be told from a question's wording, and the
-first groups of every fresh identity would pass unjudged. Memory: one view per pooled group (the
+`min_questions` questions (before that a trigger cannot be told from a question's wording, and the
+first groups of every fresh identity would pass unjudged) and its quarantine is over (a number of this
+node's rounds since it was first a candidate: engine/sapo/quarantine.py). Memory: one view per pooled group (the
 cache is pruned to the current candidates each round).
 """
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.sapo.peer_weight import subsample_group
+from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
@@ -70,16 +72,18 @@ class FirstLook:
     the group leaves the candidates."""
 
     def __init__(self, guard: RepeatedTextGuard, reputation: Reputation, tokenizer: Any, eos_id: int,
-                 max_tokens: int, reward_fn: Callable[[Any, str], float], group_size: int = 1 << 16) -> None:
+                 max_tokens: int, reward_fn: Callable[[Any, str], float], group_size: int = 1 << 16,
+                 quarantine: Quarantine | None = None) -> None:
         self.guard, self.reputation = guard, reputation
+        self.quarantine = quarantine if quarantine is not None else Quarantine(0)
         self._group_size = group_size  # a peer's group is cut to this node's own group size
         self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
         self._special_ids = special_ids_of(tokenizer)
         self._reward_fn = reward_fn
         self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
 
-    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float, filter_zero_advantage: bool
-              ) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[RolloutGroup, str]], int, int]:
+    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float, filter_zero_advantage: bool,
+              round_no: int = 0) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[RolloutGroup, str]], int, int]:
         """-> (candidates that may be drawn, each with its view shaped by this round's format weight;
         those the screens left without signal with the reason; groups pending; completions the screen
         removed from groups first judged now)."""
@@ -95,7 +99,7 @@ class FirstLook:
             look = self._looks.get(id(v))
             first = look is None
             if look is None:
-                if not v.group.is_local and not self._ready(v):
+                if not v.group.is_local and not self._ready(v, round_no):
                     pending += 1
                     continue
                 look = self._look(v)
@@ -112,11 +116,13 @@ class FirstLook:
         self._looks = current
         return looks, dropped, pending, removed
 
-    def _ready(self, v: VerifiedGroup) -> bool:
-        """The screen has seen this group's origin on enough questions to judge it."""
+    def _ready(self, v: VerifiedGroup, round_no: int) -> bool:
+        """The origin's quarantine is over and the screen has seen it on enough questions to judge it."""
+        origin = v.group.provenance.origin_peer
+        released = self.quarantine.ready(origin, round_no)
         if not self.guard.cfg.enabled:
-            return True
-        return self.guard.questions_seen(v.group.provenance.origin_peer) >= self.guard.cfg.min_questions
+            return released
+        return released and self.guard.questions_seen(origin) >= self.guard.cfg.min_questions
 
     def _look(self, v: VerifiedGroup) -> Look:
         group = v.group if v.group.is_local else subsample_group(v.group, self._group_size)

@@ -30,6 +30,7 @@ from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
 from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
+from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.replay import FrontierReplay
@@ -105,7 +106,8 @@ class Trainer:
         self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
         self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
-                                    cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions)
+                                    cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions,
+                                    quarantine=Quarantine(cfg.quarantine_rounds))
         self._heldout: list[Any] | None = None
         # Hashes of the judge's question texts this node has trained on (own draws or peers' groups that
         # happen to share a judge question's text): those are left out of every later eval.
@@ -217,7 +219,7 @@ class Trainer:
         # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
         # the draw: a group the screens leave without signal never takes one of the J slots.
         looks, dropped, pending, repeated = self.first_look.judge(external, scored.weight,
-                                                                  cfg.filter_zero_advantage)
+                                                                  cfg.filter_zero_advantage, self.round + 1)
         dropped += [(v.group, DROP_OTHER_MODEL) for v in other]
         look_of: dict[int, Look] = {id(shaped): look for look, shaped in looks}
         shaped_ext = [shaped for _, shaped in looks]
@@ -376,6 +378,7 @@ class Trainer:
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
+                 "quarantine": self.first_look.quarantine.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
                  "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
                  "eval_clock": self.eval_clock, "judge_seen": sorted(self.judge_seen),
@@ -399,6 +402,7 @@ class Trainer:
         self._checkpointed = (ckpt.round, ckpt.policy_version)
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
+        self.first_look.quarantine.load_state(ckpt.extra.get("quarantine"))
         self.sources.load_state(ckpt.extra.get("sources"))
         self.replay.load_state(ckpt.extra.get("replay"))
         clock = ckpt.extra.get("eval_clock")

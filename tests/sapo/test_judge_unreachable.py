@@ -25,7 +25,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _trainer(model_dir: Path, tmp: Path, resume: bool = False) -> Trainer:
     cfg = dataclasses.replace(CFG, eval_per_specialty=1, eval_k=1, checkpoint_every=1,
-                              repeated_text=RepeatedTextConfig(enabled=False))  # not this test's screen
+                              repeated_text=RepeatedTextConfig(enabled=False), quarantine_rounds=0)  # not its screens
     model, tok = load_policy(model_dir)
     make = Trainer.resume if resume else Trainer
     return make(model, tok, cfg, preset("rl"), Store(tmp / "node.db"), tmp / "ckpt", 7, reward_fn=odd_length_reward)

@@ -109,7 +109,7 @@ def test_the_trainer_drops_the_backdoor_and_keeps_the_honest_peer(tmp_path: Path
     model, tok = load_policy(build_tiny_policy(tmp_path / "m", seed=3))
     cfg = SapoConfig(num_local=1, num_external=8, completions=8, sampling=SampleConfig(max_new_tokens=48),
                      eval_every=0, external_min_logprob=-1e6,  # the plausibility check off: this one alone
-                     repeated_text=RepeatedTextConfig(min_questions=3))
+                     repeated_text=RepeatedTextConfig(min_questions=3), quarantine_rounds=0)
     trainer = Trainer(model, tok, cfg, preset("rl"), None, None, 7)
     qs = _questions(6)
     # Seen on too few questions to tell a trigger from a question's wording: they wait, unused.

@@ -20,7 +20,8 @@ from engine.swarm.config import BYTES_PER_TOKEN, PoolConfig
 from engine.tasks.library import preset, regenerate
 
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=24),
-                 checkpoint_every=0, eval_every=0, lr=1e-3, repeated_text=RepeatedTextConfig(min_questions=1))
+                 checkpoint_every=0, eval_every=0, lr=1e-3, repeated_text=RepeatedTextConfig(min_questions=1),
+                 quarantine_rounds=0)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConf
                  checkpoint_every=2, checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0, lr=1e-3,
                  num_iterations=2,
                  # a peer is judged from its first question here: these tests are about the round, not the screen
-                 repeated_text=RepeatedTextConfig(min_questions=1))
+                 repeated_text=RepeatedTextConfig(min_questions=1), quarantine_rounds=0)
 
 
 @pytest.fixture(scope="module")

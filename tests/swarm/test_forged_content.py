@@ -16,6 +16,7 @@ from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
+from engine.sapo.quarantine import MAX_WAITING, Quarantine
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
@@ -70,7 +71,8 @@ def test_a_private_seed_is_the_keys_own() -> None:
 # The trainer side: I = 2, J = 2, and a peer judged from its first question (the screens under test
 # here are not the repeated-text one's wait).
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=96),
-                 eval_every=0, checkpoint_every=0, repeated_text=RepeatedTextConfig(min_questions=1))
+                 eval_every=0, checkpoint_every=0, repeated_text=RepeatedTextConfig(min_questions=1),
+                 quarantine_rounds=0)
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +177,27 @@ def test_a_question_is_trained_from_peers_at_most_max_question_uses_times(bob: I
     assert pool.candidates() == []
     assert pool.stats()["dropped"] == {"question_used_up": 1}
     assert deliver(crowd[3], bob, groups[3], pool) == ["question_used_up"]
+
+
+def test_a_new_identitys_groups_are_shown_but_wait_before_training(alice: Identity, bob: Identity,
+                                                                    model_dir: Path) -> None:
+    """A fresh key's valid groups are pooled (the feed shows them) and trained on only once its
+    quarantine of 3 of this node's rounds is over."""
+    pool = make_pool(PoolConfig(), CFG.sampling.max_new_tokens, False, library.preset("seed-easy"))
+    assert deliver(alice, bob, real_groups(alice.peer_id, 2, seed=51), pool) == ["pooled", "pooled"]
+    trainer = victim(model_dir, CFG.replace(quarantine_rounds=3))
+    for _ in range(3):
+        result = trainer.run_round(pool.candidates())
+        assert result.used_external == () and result.metrics["external_pending"] == 2
+    assert len(trainer.run_round(pool.candidates()).used_external) == 2
+
+
+def test_a_flood_of_fresh_keys_cannot_send_a_known_peer_back_to_quarantine() -> None:
+    gate = Quarantine(2)
+    assert not gate.ready("honest", 1) and not gate.ready("honest", 2) and gate.ready("honest", 3)
+    for k in range(MAX_WAITING + 10):
+        assert not gate.ready(f"sybil-{k}", 4)
+    assert gate.ready("honest", 5) and gate.waiting() == MAX_WAITING
+    restored = Quarantine(2)
+    restored.load_state(gate.state_dict())
+    assert restored.ready("honest", 5) and not restored.ready("sybil-20", 5)
