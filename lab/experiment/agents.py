@@ -71,6 +71,10 @@ class PairedQuestions:
             raise ValueError(f"asked for {n} questions; the round drew {len(self._refs)} (start_round first)")
         return self._refs[:n]
 
+    def ref(self, specialty: str, seed: int, index: int) -> TaskRef:
+        """The mix's reference for (specialty, seed, index): how the trainer builds its judge set."""
+        return self.mix.ref(specialty, seed, index)
+
 
 def sampling_rng_seed(seed: int, agent: int, round_no: int) -> int:
     """The seed of the trainer's RNG for a round (generation seed, then the J-group draw)."""
@@ -123,7 +127,9 @@ def sapo_config(cfg: ArmConfig, **overrides: Any) -> Any:
         "loss_norm": "nonzero_tokens", "external_strategy": cfg.strategy, "external_kl_anchor": cfg.kl_anchor,
         "sampling": SampleConfig(max_new_tokens=cfg.max_new_tokens), "eval_every": 0, "checkpoint_every": 0,
         "eval_seed": cfg.eval_seed, "eval_k": cfg.eval_k, "eval_per_specialty": cfg.eval_per_specialty,
-        "adaptive_j": AdaptiveJConfig(enabled=cfg.adaptive_j)}
+        "adaptive_j": AdaptiveJConfig(enabled=cfg.adaptive_j),
+        # in-process agents are the experiment's own, not strangers: the paper trains peers' groups at once
+        "quarantine_rounds": 0}
     values.update(overrides)
     return SapoConfig(**values)
 

@@ -88,7 +88,7 @@ def test_pooled_groups_enter_the_trainers_update_and_leave_the_pool(tmp_path: Pa
     model, tok = load_policy(build_tiny_policy(tmp_path / "tiny"))
     # The peers' completions fit this node's token cap (longer ones are cut and scored again)
     cfg = SapoConfig(num_local=1, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=32),
-                     eval_every=0, checkpoint_every=0)
+                     eval_every=0, checkpoint_every=0, quarantine_rounds=0)  # peers known: no wait
     questions = PairedQuestions(preset("rl"), 1, 1, cfg.dataset_seed)
     trainer = Trainer(model, tok, cfg, questions, None, None, seed=0)
     swarm = _swarm(lockstep=False)
