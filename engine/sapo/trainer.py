@@ -336,6 +336,12 @@ class Trainer:
             self._heldout = self._lib.heldout(self.mix, self.cfg.eval_per_specialty, self.cfg.eval_seed)
         return self._heldout
 
+    def use_judge(self, questions: Sequence[Any]) -> None:
+        """Judge on `questions` instead of the config's held-out set (a bench's own judge): the texts of
+        these this trainer trains on are tracked in `judge_seen` from now on."""
+        self._heldout = list(questions)
+        self.judge_seen = set()
+
     def eval_sample_config(self) -> SampleConfig:
         """Held-out sampling: true T = 1, no truncation, the training length cap."""
         return SampleConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=self.cfg.sampling.max_new_tokens)

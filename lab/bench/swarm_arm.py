@@ -14,10 +14,13 @@ from the swarm:
   replay     alone, but one of the I questions re-asks one of its own recent frontier questions
   question-replay
              question sharing and replay: what a peer's question adds beyond a node's own frontier
-  solo-long, question-long
-             solo / question for 2.5 times the rounds, judged after each whole multiple of them too: their
-             learning curves, so that an arm that costs more CPU per round (text: ~1.5x solo's) meets them
-             at the same CPU-seconds, measured, not extrapolated
+  solo-long, question-long, text-long
+             solo / question / text for 3.5 / 2.5 / 2 times the rounds, judged after each whole multiple
+             of them too: their learning curves, so that an arm that costs more CPU per round (text: ~1.5x
+             solo's) meets them at the same CPU-seconds, measured, not extrapolated
+
+The judge is disjoint from training by content (lab/bench/judge_set.py), and each node's score leaves
+out the judge texts it trained on all the same (counted: `judge_excluded_seen`).
 
 Settings: homogeneous (every node the same specialties) and heterogeneous (node k trains on 2 of the
 4, and is judged on all 4). `python -m lab.bench.swarm_arm ARGS_JSON OUT_JSON`.
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.bench.judge_set import disjoint_judge
 from lab.bench.real_arm import SOLVED, judge, judge_mix, train_mix
 
 ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
@@ -46,8 +50,11 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     "question-replay": {"num_external": 0, "num_suggested": 1, "num_replay": 1},
     "solo-long": {"num_external": 0, "num_suggested": 0},
     "question-long": {"num_external": 0, "num_suggested": 1},
+    "text-long": {"num_external": 2, "num_suggested": 0},
 }
-ROUNDS_FACTOR = {"solo-long": 2.5, "question-long": 2.5}  # arms that run a multiple of the bench's rounds (judged at each whole one)
+# Arms that run a multiple of the bench's rounds, judged after each whole one too: solo's curve runs long
+# enough (3.5x) to meet text's (2x, at ~1.5x solo's CPU per round) at equal CPU-seconds.
+ROUNDS_FACTOR = {"solo-long": 3.5, "question-long": 2.5, "text-long": 2.0}
 SETTINGS = ("homogeneous", "heterogeneous")
 
 
@@ -98,26 +105,34 @@ def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int,
 
 
 def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], threads: int, rounds: int,
-                  specialties: list[str], judge_per_specialty: int, eval_k: int, eval_seeds: list[int],
+                  specialties: list[str], judge_questions: int, eval_k: int, eval_seeds: list[int],
                   seed: int, overrides: dict[str, Any], judge_at: list[int] | None = None) -> dict[str, Any]:
     """One arm for one seed; `judge_at`: rounds before the last at which every node is judged too
     (the judge samples with its own seeds: the training path is the same as without it)."""
     import torch
 
     from engine.sapo.step import PoolExchange, step
-    from engine.tasks.library import heldout
     from lab.experiment.transport import InMemorySwarm, agent_identity
 
     torch.set_num_threads(threads)  # after the imports: a module setting threads at import doubles them
     t_start = time.time()
     built = [_node(model, Path(d), arm, setting, k, seed, specialties, overrides) for k, d in enumerate(data_dirs)]
     nodes = [trainer for trainer, _ in built]
-    judge_q = heldout(judge_mix(specialties), judge_per_specialty, nodes[0].cfg.eval_seed)
+    judge_q, judge_facts = disjoint_judge([judge_mix(specialties), train_mix(specialties)], [train_mix(specialties)],
+                                          judge_questions, nodes[0].cfg.eval_seed)
+    for node in nodes:
+        node.use_judge(judge_q)
     if rounds == 0:  # every node starts from these weights: judged once, for every arm
         before = judge(nodes[0], judge_q, eval_k, eval_seeds)
         for _, loaded in built:
             loaded.generator.close()
-        return {"before": before, "model": built[0][1].model_id, "backend": built[0][1].label}
+        return {"before": before, "model": built[0][1].model_id, "backend": built[0][1].label,
+                "judge": judge_facts}
+
+    def judged(node: Any) -> dict[str, Any]:  # less what this node trained on, said how many
+        unseen = [q for q in judge_q if q.hash not in node.judge_seen]
+        return judge(node, unseen, eval_k, eval_seeds) | {"judge_excluded_seen": len(judge_q) - len(unseen)}
+
     sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0  # replay alone is not sharing
     swarm = InMemorySwarm([agent_identity(seed, k) for k in range(len(nodes))],
                           max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
@@ -136,7 +151,8 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
             m = result.metrics
             history[k].append({key: float(m.get(key, 0.0)) for key in (
                 "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
-                "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text")}
+                "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
+                "peer_loss_share_max", "external_implausible", "external_pending")}
                 | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
                 | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)),
                                                int(m.get("replayed_groups", 0)))})
@@ -148,15 +164,17 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
                   flush=True)
         if r in (judge_at or ()) and r < rounds:
             midway.append({"round": r, "cpu_seconds": list(cpu),
-                           "after": [judge(node, judge_q, eval_k, eval_seeds) for node in nodes]})
-    after = [judge(node, judge_q, eval_k, eval_seeds) for node in nodes]
+                           "after": [judged(node) for node in nodes]})
+    after = [judged(node) for node in nodes]
     for _, loaded in built:
         loaded.generator.close()
     return {"arm": arm, "setting": setting, "seed": seed, "rounds": rounds, "nodes": len(nodes),
             "config": nodes[0].cfg.to_dict(), "after": after, "cpu_seconds": cpu, "history": history,
             "midway": midway,
             "specialties": [node_specialties(setting, k, specialties) for k in range(len(nodes))],
-            "minutes": (time.time() - t_start) / 60, "counters": dict(swarm.counters)}
+            "minutes": (time.time() - t_start) / 60, "counters": dict(swarm.counters),
+            "peer_loss_share_max": max((h.get("peer_loss_share_max", 0.0) for hist in history for h in hist),
+                                       default=0.0)}
 
 
 def main(argv: list[str]) -> int:

@@ -26,9 +26,11 @@ from typing import Any
 from engine.paths import REPO_ROOT
 from lab import BENCH_DIR
 from lab.bench import swarm_why
-from lab.bench.real_learning import SPECIALTIES, _prepare
+from lab.bench.real_learning import _prepare
 from lab.bench.swarm_arm import ARMS, ROUNDS_FACTOR, SETTINGS
 
+SPECIALTIES = ("base_conversion", "basic_arithmetic", "fraction_simplification", "decimal_arithmetic",
+               "calendar_arithmetic", "binary_matrix")  # the app's own mix (tasks preset "rl")
 DESCRIPTION = ("SmolLM2 nodes sharing text, questions or both vs alone, paired by seed: held-out gain "
                "per CPU-hour (long: hours)")
 LONG = True
@@ -36,7 +38,7 @@ LONG = True
 
 def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", nodes: int = 3, rounds: int = 100,
         seeds: list[int] | None = None, arms: list[str] | None = None, settings: list[str] | None = None,
-        judge_per_specialty: int = 64, eval_k: int = 4, eval_repeats: int = 1, parallel: int = 2,
+        judge_questions: int = 256, eval_k: int = 4, eval_repeats: int = 1, parallel: int = 2,
         work_dir: str | None = None, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     seeds = list(seeds if seeds is not None else [0, 1, 2])
     arms, settings = list(arms or ARMS), list(settings or SETTINGS)
@@ -54,7 +56,7 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", nodes: int = 3, 
     shared = scratch / "shared"
     _prepare(model, shared)
     common = {"model": model, "threads": 1, "specialties": list(SPECIALTIES),
-              "judge_per_specialty": judge_per_specialty, "eval_k": eval_k,
+              "judge_questions": judge_questions, "eval_k": eval_k,
               "eval_seeds": [9001 + 17 * i for i in range(eval_repeats)], "overrides": overrides or {}}
     if not (work / "before.json").exists():
         _wait(_launch(work, "before", {**common, "arm": "solo", "setting": "homogeneous", "seed": 0, "rounds": 0},
@@ -127,6 +129,8 @@ def summarize(work: Path) -> dict[str, Any]:
                                     "peer_text_groups", "seconds_own_pick", "seconds_suggested",
                                     "seconds_peer_text")},
             "rounds": run_["rounds"], "nodes": run_["nodes"],
+            "judge_excluded_seen": statistics.fmean(j.get("judge_excluded_seen", 0) for j in nodes),
+            "peer_loss_share_max": run_.get("peer_loss_share_max", 0.0),
             "per_specialty": {name: statistics.fmean(j["per_specialty_pass_at_1"][name] for j in nodes)
                               for name in nodes[0]["per_specialty_pass_at_1"]},
             "solved": swarm_why.solved_by_question(nodes),
@@ -146,12 +150,13 @@ def summarize(work: Path) -> dict[str, Any]:
             row |= equal_cpu(per_seed, curves, setting, against)
         arms.append(row)
     return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
-            "judge_questions": before["before"]["questions"], "eval_k": before["before"]["k"],
+            "judge_questions": before["before"]["questions"], "judge": before.get("judge"),
+            "eval_k": before["before"]["k"],
             "arms": arms, "curves": _curves_json(curves), "signals": signals(runs),
             "measured_at": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
-CURVE_ARMS = ("solo", "question")  # arms whose learning curve (from their -long runs) others meet at equal CPU
+CURVE_ARMS = ("solo", "question", "text")  # arms whose learning curve (from their -long runs) others meet at equal CPU
 SHORT = {"heterogeneous": "het.", "homogeneous": "hom."}  # setting names short enough for tick labels and legends
 
 
@@ -215,9 +220,29 @@ def equal_cpu(per_seed: dict[int, dict[str, Any]], curves: dict[tuple[str, str, 
         at_cpu.append(inside[-1][0] if inside else None)
     known = [d for d in deltas if d is not None]
     key = f"delta_vs_{against}_equal_cpu"
+    complete = len(known) == len(deltas)
     return {f"{key}_per_seed": deltas, f"{key}_at_cpu": at_cpu,
-            f"{key}_mean": statistics.fmean(known) if len(known) == len(deltas) and known else None,
-            f"{key}_sd": statistics.stdev(known) if len(known) == len(deltas) > 1 else None}
+            f"{key}_mean": statistics.fmean(known) if complete and known else None,
+            f"{key}_sd": statistics.stdev(known) if complete and len(known) > 1 else None,
+            f"{key}_ci95": t_interval(known) if complete else None}
+
+
+# Student's t, two-sided 95%, by degrees of freedom (beyond the table: the normal's 1.96, within 2%
+# from 30 on): the interval over seeds carries the seeds' own spread at the few seeds a bench can run.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
+
+
+def t_interval(values: list[float]) -> list[float] | None:
+    """[lo, hi] of the 95% t-interval of the mean of `values` (None below 2 values)."""
+    n = len(values)
+    if n < 2:
+        return None
+    df = n - 1
+    t = _T975.get(df) or next((v for k, v in sorted(_T975.items()) if k >= df), 1.96)
+    half = t * statistics.stdev(values) / n ** 0.5
+    mean = statistics.fmean(values)
+    return [mean - half, mean + half]
 
 
 
@@ -231,7 +256,13 @@ def _arm(setting: str, arm: str, per_seed: dict[int, dict[str, Any]], solo: dict
                                             for s in seeds if s in solo)
                      for name in per_seed[seeds[0]]["per_specialty"]} if any(s in solo for s in seeds) else {}
     rates = [per_seed[s]["solved"] for s in seeds if per_seed[s]["solved"]]
+    per_round = [per_seed[s]["cpu_seconds"] / per_seed[s]["rounds"] / (solo[s]["cpu_seconds"] / solo[s]["rounds"])
+                 for s in seeds if s in solo and solo[s]["rounds"] and per_seed[s]["rounds"]]
     return {"name": arm, "setting": setting, "seeds": seeds,
+            "curve": {str(s): [list(p) for p in per_seed[s].get("judged", [])] for s in seeds},
+            "cpu_per_round_vs_solo": statistics.fmean(per_round) if per_round else None,
+            "judge_excluded_seen": statistics.fmean(per_seed[s]["judge_excluded_seen"] for s in seeds),
+            "peer_loss_share_max": max(per_seed[s]["peer_loss_share_max"] for s in seeds),
             "pass_at_1_after": [per_seed[s]["pass_at_1"] for s in seeds],
             "accuracy_formatted_after": [per_seed[s]["accuracy_formatted"] for s in seeds],
             "delta_vs_solo_mean": statistics.fmean(paired) if paired else None,

@@ -85,28 +85,30 @@ def test_own_groups_are_counted_by_the_source_of_their_question() -> None:
 
 def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> None:
     opts = {"model": "seed", "nodes": 2, "rounds": 2, "seeds": [0], "arms": ["solo", "both", "replay", "solo-long"],
-            "settings": ["heterogeneous"], "judge_per_specialty": 1, "eval_k": 2, "work_dir": str(tmp_path / "w")}
+            "settings": ["heterogeneous"], "judge_questions": 6, "eval_k": 2, "work_dir": str(tmp_path / "w")}
     result = swarm_learning.run(out_dir=tmp_path, **opts)
     saved = json.loads((tmp_path / "swarm_learning.json").read_text())
     assert saved == json.loads(json.dumps(result))
     by = {(a["setting"], a["name"]): a for a in saved["arms"]}
     assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both"), ("heterogeneous", "replay"),
                        ("heterogeneous", "solo-long")}
-    # solo's curve: the long solo run trains 2.5x the rounds and is judged at each whole multiple too
+    # solo's curve: the long solo run trains 3.5x the rounds and is judged at each whole multiple too
     long_run = json.loads((tmp_path / "w" / "heterogeneous-solo-long-0.json").read_text())
-    assert long_run["rounds"] == 5 and [m["round"] for m in long_run["midway"]] == [2, 4]
-    assert by[("heterogeneous", "solo-long")]["rounds"] == 5
+    assert long_run["rounds"] == 7 and [m["round"] for m in long_run["midway"]] == [2, 4, 6]
+    assert by[("heterogeneous", "solo-long")]["rounds"] == 7
+    assert saved["judge_questions"] == 6 and saved["judge"]["questions"] == 6  # disjoint by content
     assert by[("heterogeneous", "solo")]["delta_vs_solo_equal_cpu_per_seed"][0] is not None  # inside the curve
     for arm in (a for a in saved["arms"] if a["name"] != "solo-long"):
         for key in ("name", "setting", "seeds", "pass_at_1_after", "delta_vs_solo_mean", "delta_vs_solo_sd",
-                    "mixed_fraction", "cpu_seconds", "gain_per_cpu_hour"):
+                    "mixed_fraction", "cpu_seconds", "gain_per_cpu_hour", "curve", "cpu_per_round_vs_solo",
+                    "judge_excluded_seen", "delta_vs_solo_equal_cpu_ci95"):
             assert key in arm
         assert arm["seeds"] == [0] and arm["cpu_seconds"] > 0 and arm["nodes"] == 2 and arm["rounds"] == 2
         assert "delta_vs_solo_equal_cpu_mean" in arm
     for third in by[("heterogeneous", "solo-long")]["own_outcomes_by_third"][1:]:  # every own group has one outcome
         assert abs(sum(third) - 1.0) < 1e-9
-    last = by[("heterogeneous", "solo-long")]["own_groups_by_specialty_last_third"]  # rounds 4-5 of 5, 2 nodes, I = 2
-    assert sum(c["groups"] for c in last.values()) == 2 * 2 * 2
+    last = by[("heterogeneous", "solo-long")]["own_groups_by_specialty_last_third"]  # rounds 5-7 of 7, 2 nodes, I = 2
+    assert sum(c["groups"] for c in last.values()) == 2 * 2 * 3
     assert all(c["mixed"] + c["right"] + c["wrong"] == c["groups"] for c in last.values())
     assert by[("heterogeneous", "solo")]["delta_vs_solo_mean"] == 0.0
     both = by[("heterogeneous", "both")]
