@@ -119,6 +119,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("external_pending", "Peers' groups not judged yet, waiting for a later round.", "groups", None),
     Metric("peer_loss_share_max", "The largest share of this round's update any one peer held (at most "
            "one of this round's groups' worth, whatever it sent).", "", None),
+    Metric("copy_share_bound", "The share of repeated answers a peer's group may hold: as many as this model's "
+           "own groups hold (measured on them), more and the group is refused as written from a template.", "", None),
     Metric("eval_due_in_s", "Training seconds until the next held-out check (the dashboard's \"next check "
            "in ~N min\").", "s", None),
 )

@@ -24,6 +24,8 @@ REASON_WORDS = {
                      "(possible planted text)",
     "cut_no_signal": "answers longer than this model writes: cut short, no learning signal left",
     "special_tokens": "its answers contain the model's control tokens (such as end-of-text) written as text",
+    "copied_answers": "the same answer repeated more often than this model's own answers ever repeat "
+                      "(answers written from a template, not sampled)",
     "same_question": "another peer's answers to the same question were used this round",
     "not_rescored": "could not be scored here",
     "not_sampled": "not drawn this round",

@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.models.generate import SampleConfig
 from engine.sapo.adaptive_j import AdaptiveJConfig
+from engine.sapo.copies import CopiesConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
 from engine.sapo.repeated_text import RepeatedTextConfig
@@ -101,6 +102,7 @@ class SapoConfig:
     # draw; the node presets (cpu-small, cpu-real) cap one peer at half of J.
     max_origin_share: float = 1.0
     repeated_text: RepeatedTextConfig = field(default_factory=RepeatedTextConfig)  # peers' unexplained repeats
+    copies: CopiesConfig = field(default_factory=CopiesConfig)  # copies in a peer's group, bound by own groups'
     # A new origin's groups are shown but not trained on until it has been a candidate here for this
     # many rounds (engine/sapo/quarantine.py); 0 = trained from its first round.
     quarantine_rounds: int = 3
@@ -201,6 +203,8 @@ class SapoConfig:
             raise ValueError("reputation must be a ReputationConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.repeated_text, RepeatedTextConfig):
             raise ValueError("repeated_text must be a RepeatedTextConfig")  # noqa: TRY004 (ValueError for every bad input)
+        if not isinstance(self.copies, CopiesConfig):
+            raise ValueError("copies must be a CopiesConfig")  # noqa: TRY004 (ValueError for every bad input)
         if not isinstance(self.adaptive_j, AdaptiveJConfig):
             raise ValueError("adaptive_j must be an AdaptiveJConfig")  # noqa: TRY004 (ValueError for every bad input)
         _float("format_reward", self.format_reward, 0.0, 1.0)
@@ -245,7 +249,7 @@ class SapoConfig:
             raise ValueError(f"unknown sapo config keys: {unknown}")
         values = dict(data)
         for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig),
-                            ("repeated_text", RepeatedTextConfig),
+                            ("repeated_text", RepeatedTextConfig), ("copies", CopiesConfig),
                             ("reputation", ReputationConfig), ("adaptive_j", AdaptiveJConfig)):
             if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
                 fields = {f.name for f in dataclasses.fields(nested)}

@@ -8,7 +8,8 @@ draw, its slot goes to a group that is trained on, and an attacker the screens c
 
 Per candidate, once (a pooled group is a candidate in every round until it is used or leaves):
   0. a group larger than this node's own group size is subsampled to it (engine/sapo/peer_weight.py);
-  1. its origin's repeated-text window counts it, and its origin's reputation records it;
+  1. its origin's repeated-text window counts it, and its origin's reputation records it; a group
+     with more copied answers than this node's own groups hold is refused (engine/sapo/copies.py);
   2. completions carrying the origin's unexplained repeated words are removed;
   3. the rest is re-tokenised as this node trains it, cut at its token cap, and a cut group re-scored;
   4. the view is kept: each round it is shaped with that round's format weight and must still have
@@ -26,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.sapo.copies import CopiesConfig, CopyScreen
 from engine.sapo.peer_weight import subsample_group
 from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import RolloutGroup, VerifiedGroup
@@ -37,6 +39,7 @@ from engine.sapo.sampler import has_signal
 DROP_CUT_NO_SIGNAL = "cut_no_signal"  # cut to this node's token cap and re-scored, it had no signal left
 DROP_REPEATED_TEXT = "repeated_text"  # without its completions carrying a peer's unexplained repeat: no signal
 DROP_SPECIAL_TOKENS = "special_tokens"  # a completion's text holds a special token (EOS, PAD, chat markers)
+DROP_COPIES = "copied_answers"  # more copies of one answer than this node's own sampling gives
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Look:
     removed:  completions the repeated-text screen took out
     cut:      some completion was cut at the token cap (then `view` was re-scored)
     special:  completions whose text tokenises to a special token before their end (never trained)
+    copied:   the group holds more copies of one answer than this node's own groups do
     """
 
     verified: VerifiedGroup
@@ -56,12 +60,15 @@ class Look:
     removed: int
     cut: bool
     special: int = 0
+    copied: bool = False
 
     def drop_reason(self, shaped: RolloutGroup, filter_zero_advantage: bool) -> str:
         """Why the shaped view may not be drawn this round ("" = it may). A group the screens did not
         touch and that has no signal is left to the sampler's own zero-advantage filter."""
         if self.special:
             return DROP_SPECIAL_TOKENS
+        if self.copied:
+            return DROP_COPIES
         if not (self.removed or self.cut) or not filter_zero_advantage or has_signal([shaped])[0]:
             return ""
         return DROP_REPEATED_TEXT if self.removed else DROP_CUT_NO_SIGNAL
@@ -73,14 +80,20 @@ class FirstLook:
 
     def __init__(self, guard: RepeatedTextGuard, reputation: Reputation, tokenizer: Any, eos_id: int,
                  max_tokens: int, reward_fn: Callable[[Any, str], float], group_size: int = 1 << 16,
-                 quarantine: Quarantine | None = None) -> None:
+                 quarantine: Quarantine | None = None, copies: CopyScreen | None = None) -> None:
         self.guard, self.reputation = guard, reputation
         self.quarantine = quarantine if quarantine is not None else Quarantine(0)
+        self.copies = copies if copies is not None else CopyScreen(CopiesConfig(enabled=False))
         self._group_size = group_size  # a peer's group is cut to this node's own group size
         self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
         self._special_ids = special_ids_of(tokenizer)
         self._reward_fn = reward_fn
         self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
+
+    def observe_own(self, group: RolloutGroup, question_text: str) -> None:
+        """This node's own scored group: what its own sampling looks like, for both screens."""
+        self.guard.observe_own(group.completions, question_text)
+        self.copies.observe_own(group)
 
     def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float, filter_zero_advantage: bool,
               round_no: int = 0) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[RolloutGroup, str]], int, int]:
@@ -131,4 +144,5 @@ class FirstLook:
         special = special_token_rows(ids, self._special_ids, self._eos_id) if not group.is_local else 0
         if cut and not special:  # scored on the text it is trained on: the cut text is scored again
             view = score_group(view, v.question, self._reward_fn)
-        return Look(v, view, ids, removed, cut, special)
+        copied = not group.is_local and self.copies.refuses(view)
+        return Look(v, view, ids, removed, cut, special, copied)

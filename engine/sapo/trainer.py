@@ -26,6 +26,7 @@ from engine.models.generate import SampleConfig, eos_token_ids
 from engine.models.policy import lora_record
 from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
+from engine.sapo.copies import CopyScreen
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
@@ -107,7 +108,7 @@ class Trainer:
         self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
                                     cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions,
-                                    quarantine=Quarantine(cfg.quarantine_rounds))
+                                    quarantine=Quarantine(cfg.quarantine_rounds), copies=CopyScreen(cfg.copies))
         self._heldout: list[Any] | None = None
         # Hashes of the judge's question texts this node has trained on (own draws or peers' groups that
         # happen to share a judge question's text): those are left out of every later eval.
@@ -140,7 +141,7 @@ class Trainer:
         metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
                        external_j=float(plan.j), external_pending=float(plan.pending),
                        peer_loss_share_max=max(plan.peer_shares.values(), default=0.0),
-                       replayed_groups=float(len(asked.replayed)))
+                       replayed_groups=float(len(asked.replayed)), copy_share_bound=self.first_look.copies.max_share())
         self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
@@ -192,7 +193,7 @@ class Trainer:
             local.append(LocalGroup(group, prompt, tuple(comps)))
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
             self._observe_own(k, asked, q, group)
-            self.repeated_text.observe_own(group.completions, q.text)
+            self.first_look.observe_own(group, q.text)
             self._recent_questions.add(q.hash)
         for v, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
             self.reputation.record(v.group.provenance.origin_peer, flagged=not has_signal([lg.group])[0])
@@ -384,7 +385,7 @@ class Trainer:
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
-                 "quarantine": self.first_look.quarantine.state_dict(),
+                 "quarantine": self.first_look.quarantine.state_dict(), "copies": self.first_look.copies.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
                  "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
                  "eval_clock": self.eval_clock, "judge_seen": sorted(self.judge_seen),
@@ -409,6 +410,7 @@ class Trainer:
         self.curriculum.load_state(ckpt.extra.get("curriculum"))
         self.reputation.load_state(ckpt.extra.get("reputation"))
         self.first_look.quarantine.load_state(ckpt.extra.get("quarantine"))
+        self.first_look.copies.load_state(ckpt.extra.get("copies"))
         self.sources.load_state(ckpt.extra.get("sources"))
         self.replay.load_state(ckpt.extra.get("replay"))
         clock = ckpt.extra.get("eval_clock")

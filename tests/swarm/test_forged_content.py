@@ -201,3 +201,28 @@ def test_a_flood_of_fresh_keys_cannot_send_a_known_peer_back_to_quarantine() -> 
     restored = Quarantine(2)
     restored.load_state(gate.state_dict())
     assert restored.ready("honest", 5) and not restored.ready("sybil-20", 5)
+
+
+def templated(origin: str, seed: int) -> RolloutGroup:
+    """The Reliquary-style group: one right template five times (respaced, recased), one wrong three."""
+    [group] = real_groups(origin, 1, seed=seed)
+    right, wrong = group.completions[0], "<answer>definitely wrong</answer>"
+    copies = (right, right.upper(), " " + right, right + "\n", right.replace(">", "> "), wrong, wrong, wrong.upper())
+    return RolloutGroup(group.ref, group.question_hash, copies, group.provenance)
+
+
+def test_a_group_of_templated_copies_is_refused_and_sampled_answers_pass(alice: Identity, bob: Identity,
+                                                                         model_dir: Path) -> None:
+    """Eight answers that are two texts respaced and recased: more copies than sampling gives (here the
+    uncalibrated bound, half the group), so the group is refused and its origin flagged; an honest group
+    on the same link passes."""
+    cfg = CFG.replace(completions=8)
+    pool = make_pool(PoolConfig(), cfg.sampling.max_new_tokens, False, library.preset("seed-easy"))
+    [honest] = real_groups(alice.peer_id, 1, seed=61)
+    forged = templated(alice.peer_id, 62)
+    assert deliver(alice, bob, [honest, forged], pool) == ["pooled", "pooled"]  # valid, scored mixed
+    trainer = victim(model_dir, cfg)
+    result = trainer.run_round(pool.candidates())
+    assert verdicts(result) == {honest.completions[0]: "used", forged.completions[0]: "copied_answers"}
+    assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
+    assert result.metrics["copy_share_bound"] == 0.5

@@ -1,0 +1,107 @@
+"""Copies inside a peer's group: the fabricator's cheapest group is a template repeated.
+
+A peer that regenerates a question from its reference needs no model to send a group this node's
+verifier scores mixed: k copies of a right answer and n - k of a wrong one (a Reliquary miner of
+2026-05-25 sent exactly that, rewards [1,1,1,1,1,0,0,0]). Honest sampling at T = 1 repeats itself too,
+on short answers, so the bound is measured, not guessed: the share of copies in this node's own groups
+that had signal, over a window, at a high quantile. A peer's group with signal whose share of copies
+is above it is refused whole and its origin flagged. A group without signal is left to the
+zero-advantage filter (an honest group of four equal answers is common and trains nothing anyway).
+
+Copies are compared after normalisation (case and every whitespace dropped), so that respacing a
+template does not make it new. It cannot stop templates varied in wording: such a group is bounded by
+its weight (engine/sapo/peer_weight.py). An answer in the model's own format written by hand is
+indistinguishable from a sampled one.
+Memory: one float per remembered own group.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.sapo.records import RolloutGroup
+
+_SPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class CopiesConfig:
+    """How many copies in a peer's group this node accepts, measured on its own groups."""
+
+    enabled: bool = True
+    window: int = 256  # own groups with signal remembered
+    quantile: float = 0.99  # of the own groups' share of copies: the bound (an honest peer's tail passes)
+    min_own_groups: int = 8  # below this many, the bound is `default_max_share`
+    default_max_share: float = 0.5  # before calibration: at most half a group copies
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError("copies.enabled must be a boolean")  # noqa: TRY004 - config convention
+        for name, lo, hi in (("window", 1, 65536), ("min_own_groups", 1, 65536)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise ValueError(f"copies.{name} must be an int in [{lo}, {hi}], got {value!r}")
+        for name in ("quantile", "default_max_share"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not 0.0 <= value <= 1.0:
+                raise ValueError(f"copies.{name} must be in [0, 1], got {value!r}")
+
+
+def normalised(text: str) -> str:
+    """The text two copies share after respacing or recasing."""
+    return _SPACE.sub("", text).casefold()
+
+
+def copy_share(completions: Sequence[str]) -> float:
+    """(n - distinct) / n over normalised texts: 0 when all differ, (n - 1) / n when all are one."""
+    n = len(completions)
+    return (n - len({normalised(c) for c in completions})) / n if n > 1 else 0.0
+
+
+def upper_quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` by the nearest rank at or above it (no interpolation: a bound)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+class CopyScreen:
+    """Owned by the trainer thread: `observe_own` each own group as scored, `refuses` a peer's."""
+
+    def __init__(self, cfg: CopiesConfig) -> None:
+        self.cfg = cfg
+        self._own: deque[float] = deque(maxlen=cfg.window)
+
+    def observe_own(self, group: RolloutGroup) -> None:
+        if group.rewards is not None and group.has_signal:
+            self._own.append(copy_share(group.completions))
+
+    def max_share(self) -> float:
+        """The share of copies an honest group reaches here ("measured" once enough own groups)."""
+        if len(self._own) < self.cfg.min_own_groups:
+            return self.cfg.default_max_share
+        return upper_quantile(list(self._own), self.cfg.quantile)
+
+    def calibrated(self) -> bool:
+        return len(self._own) >= self.cfg.min_own_groups
+
+    def refuses(self, group: RolloutGroup) -> bool:
+        """A scored peer group with signal holding more copies than this node's own groups do."""
+        if not self.cfg.enabled or group.rewards is None or not group.has_signal:
+            return False
+        return copy_share(group.completions) > self.max_share() + 1e-9
+
+    def state_dict(self) -> list[float]:
+        return list(self._own)
+
+    def load_state(self, state: Any) -> None:
+        """Restore the own window; anything malformed (a damaged checkpoint) starts it empty."""
+        self._own.clear()
+        if isinstance(state, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           and 0.0 <= v <= 1.0 for v in state):
+            self._own.extend(float(v) for v in state)
