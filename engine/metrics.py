@@ -121,6 +121,8 @@ METRICS: tuple[Metric, ...] = (
            "one of this round's groups' worth, whatever it sent).", "", None),
     Metric("copy_share_bound", "The share of repeated answers a peer's group may hold: as many as this model's "
            "own groups hold (measured on them), more and the group is refused as written from a template.", "", None),
+    Metric("external_logprob_floor", "How likely, per token, a peer's answer must be under this model to be "
+           "trained on: a little below the least likely of this model's own answers (nats per token).", "", None),
     Metric("eval_due_in_s", "Training seconds until the next held-out check (the dashboard's \"next check "
            "in ~N min\").", "s", None),
 )

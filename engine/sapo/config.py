@@ -92,8 +92,11 @@ class SapoConfig:
     external_kl_anchor: float = 0.0  # weight of KL to the seed policy on external completions' tokens
     # Plausibility (the homogeneous defence of arXiv 2511.09780): an external completion whose mean
     # per-token log-prob under this node's own policy is below this is left out of the loss. The
-    # log-probs are computed for the loss anyway: no extra forward.
+    # log-probs are computed for the loss anyway: no extra forward. This is the lowest floor (and the
+    # floor until calibrated); the round's floor is the least likely 1% of this node's own trained
+    # completions less `external_logprob_margin` nats/token (engine/sapo/plausibility.py).
     external_min_logprob: float = -8.0
+    external_logprob_margin: float = 1.0
     sampler: str = "uniform"  # how the J external groups are drawn: uniform | reputation (by origin's record)
     reputation: ReputationConfig = field(default_factory=ReputationConfig)  # each origin's record here
     # J chosen each round by a bandit on the node's own reward gains (<= num_external); off = num_external
@@ -182,6 +185,7 @@ class SapoConfig:
         _float("importance_max_weight", self.importance_max_weight, 0.0, 1e6, low_open=True)
         _float("external_kl_anchor", self.external_kl_anchor, 0.0)
         _float("external_min_logprob", self.external_min_logprob, -1e6, 0.0)
+        _float("external_logprob_margin", self.external_logprob_margin, 0.0, 1e6)
         _float("max_origin_share", self.max_origin_share, 0.0, 1.0, low_open=True)
         if self.sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")

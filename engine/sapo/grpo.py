@@ -87,9 +87,13 @@ def plausible_completions(logp: torch.Tensor, mask: torch.Tensor, external: torc
     A peer's text this policy finds very unlikely (a trigger phrase, another language, padding)
     is not a sample this policy could have drawn: learning from it moves the policy far, for one
     peer's say-so. Not differentiated."""
+    return ~external | (mean_token_logprob(logp, mask) >= min_mean_logp)
+
+
+def mean_token_logprob(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B]: each row's mean per-token log-prob over its masked tokens. logp, mask [B, C]. Not differentiated."""
     lengths = mask.sum(-1).clamp(min=1.0)  # [B]
-    mean = (logp.detach() * mask).sum(-1) / lengths  # [B]
-    return ~external | (mean >= min_mean_logp)
+    return (logp.detach() * mask).sum(-1) / lengths
 
 
 def loss_denominator(mode: str, token_mask: torch.Tensor, advantages: torch.Tensor,

@@ -31,6 +31,7 @@ from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
 from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
+from engine.sapo.plausibility import PlausibilityFloor
 from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
@@ -106,6 +107,7 @@ class Trainer:
         self.prompt = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tokenizer)
         self.curriculum = Curriculum(cfg.curriculum, list(mix.specialties))
         self.repeated_text = RepeatedTextGuard(cfg.repeated_text)
+        self.plausibility = PlausibilityFloor(cfg.external_min_logprob, cfg.external_logprob_margin)
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
                                     cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions,
                                     quarantine=Quarantine(cfg.quarantine_rounds), copies=CopyScreen(cfg.copies))
@@ -141,7 +143,8 @@ class Trainer:
         metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
                        external_j=float(plan.j), external_pending=float(plan.pending),
                        peer_loss_share_max=max(plan.peer_shares.values(), default=0.0),
-                       replayed_groups=float(len(asked.replayed)), copy_share_bound=self.first_look.copies.max_share())
+                       replayed_groups=float(len(asked.replayed)), copy_share_bound=self.first_look.copies.max_share(),
+                       external_logprob_floor=stats.logprob_floor)
         self._observe_sources(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
@@ -264,7 +267,9 @@ class Trainer:
         self._emit(WorkProgress(phase="updating", round=round_no, total=trained,
                                 detail=f"learning from {trained} groups"))
         self._mid_update = True
-        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model)
+        stats = policy_update(self.model, self.optimizer, plan.rows, self.cfg, self.pad_id, self.ref_model,
+                              min_logprob=self.plausibility.floor())
+        self.plausibility.observe(stats.own_mean_logps)
         self.policy_version += stats.steps
         for k, v in enumerate(plan.used_external):  # what training found out beyond the first look
             if k in stats.implausible_sources:
@@ -386,6 +391,7 @@ class Trainer:
                  "seed": self.seed, "curriculum": self.curriculum.state_dict(),
                  "reputation": self.reputation.state_dict(),
                  "quarantine": self.first_look.quarantine.state_dict(), "copies": self.first_look.copies.state_dict(),
+                 "plausibility": self.plausibility.state_dict(),
                  "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
                  "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
                  "eval_clock": self.eval_clock, "judge_seen": sorted(self.judge_seen),
@@ -411,6 +417,7 @@ class Trainer:
         self.reputation.load_state(ckpt.extra.get("reputation"))
         self.first_look.quarantine.load_state(ckpt.extra.get("quarantine"))
         self.first_look.copies.load_state(ckpt.extra.get("copies"))
+        self.plausibility.load_state(ckpt.extra.get("plausibility"))
         self.sources.load_state(ckpt.extra.get("sources"))
         self.replay.load_state(ckpt.extra.get("replay"))
         clock = ckpt.extra.get("eval_clock")

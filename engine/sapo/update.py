@@ -25,6 +25,7 @@ from engine.sapo.grpo import (
     kl_k3,
     loss_denominator,
     masked_loss_sum,
+    mean_token_logprob,
     plausible_completions,
 )
 from engine.sapo.logprobs import PackedBatch, build_packed_batch, packed_token_logprobs
@@ -57,6 +58,8 @@ class UpdateStats:
     seconds: float
     implausible: int = 0  # external completions left out as implausible under this policy
     implausible_sources: frozenset[int] = frozenset()  # TrainRow.source of those completions' groups
+    own_mean_logps: tuple[float, ...] = ()  # own rows' mean per-token log-prob (the floor's calibration)
+    logprob_floor: float = 0.0  # the per-token log-prob floor peers' rows were held to
 
 
 def autocast_dtype(mode: str, model: Any) -> torch.dtype | None:
@@ -134,16 +137,18 @@ def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> lis
 
 
 def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[TrainRow], cfg: SapoConfig,
-                  pad_id: int, ref_model: Any | None = None) -> UpdateStats:
-    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times."""
+                  pad_id: int, ref_model: Any | None = None, min_logprob: float | None = None) -> UpdateStats:
+    """Apply the SAPO loss to `rows` and step the optimizer `cfg.num_iterations` times; peers' rows
+    whose mean per-token log-prob is below `min_logprob` (default: the config's) are left out."""
     start = time.perf_counter()
     kl_weights = cfg.beta > 0 or cfg.external_kl_anchor > 0
     if kl_weights and ref_model is None:
         raise ValueError("beta or external_kl_anchor > 0 needs a reference model")
+    floor = cfg.external_min_logprob if min_logprob is None else min_logprob
     kept, denom = _rows_in_loss(rows, cfg, kl_weights)
     n_tokens = int(sum(len(r.completion_ids) for r in kept))
     if not kept:
-        return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start)
+        return UpdateStats(0.0, (), 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0, time.perf_counter() - start, logprob_floor=floor)
 
     device = next(model.parameters()).device
     chunks = _make_chunks(kept, cfg, pad_id, device)
@@ -152,7 +157,7 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
 
     params = [p for p in model.parameters() if p.requires_grad]
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
-    tally = _Tally()
+    tally = _Tally(floor=floor)
     model.train()
     for it in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
@@ -175,7 +180,8 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         clip_fraction_per_pass=tuple(tally.clip_fracs),
         entropy=tally.entropy_sum / max(n_tokens, 1), kl=tally.kl_sum / max(n_tokens, 1), rows=len(kept),
         tokens=n_tokens, steps=cfg.num_iterations, seconds=time.perf_counter() - start,
-        implausible=tally.implausible, implausible_sources=frozenset(tally.implausible_sources))
+        implausible=tally.implausible, implausible_sources=frozenset(tally.implausible_sources),
+        own_mean_logps=tuple(tally.own_means), logprob_floor=floor)
 
 
 def strategy_keep(rows: Sequence[TrainRow], cfg: SapoConfig) -> list[bool]:
@@ -246,8 +252,10 @@ class _Tally:
     norms: list[float] = field(default_factory=list)
     entropy_sum: float = 0.0
     kl_sum: float = 0.0
+    floor: float = -math.inf  # the round's per-token log-prob floor for peers' rows
     implausible: int = 0
     implausible_sources: set[int] = field(default_factory=set)
+    own_means: list[float] = field(default_factory=list)
 
 
 def _chunk_backward(model: Any, c: _Chunk, cfg: SapoConfig, denom: float, *, first_pass: bool,
@@ -259,7 +267,8 @@ def _chunk_backward(model: Any, c: _Chunk, cfg: SapoConfig, denom: float, *, fir
     old = c.old if c.old is not None else logp.detach()  # [b, C]
     mask = c.batch.completion_mask  # [b, C]
     if c.plausible is None:  # under the round's starting policy, the same on every pass
-        c.plausible = plausible_completions(old, mask, c.external, cfg.external_min_logprob)  # [b]
+        c.plausible = plausible_completions(old, mask, c.external, tally.floor)  # [b]
+        tally.own_means += mean_token_logprob(old, mask)[~c.external].tolist()
         tally.implausible += int((~c.plausible).sum())
         tally.implausible_sources.update(c.sources[i] for i in (~c.plausible).nonzero().flatten().tolist())
     adv, _ = apply_external_strategy(cfg.external_strategy, c.adv, c.external, old.sum(-1),

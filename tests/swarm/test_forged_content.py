@@ -12,6 +12,7 @@ import pytest
 from swarm_helpers import real_groups
 from test_protocol import open_link
 
+from engine.checkpoint import latest_checkpoint
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
@@ -226,3 +227,24 @@ def test_a_group_of_templated_copies_is_refused_and_sampled_answers_pass(alice: 
     assert verdicts(result) == {honest.completions[0]: "used", forged.completions[0]: "copied_answers"}
     assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
     assert result.metrics["copy_share_bound"] == 0.5
+
+
+def test_the_log_prob_floor_is_calibrated_on_own_rounds_and_survives_a_restart(model_dir: Path,
+                                                                               tmp_path: Path) -> None:
+    """Real rounds set the floor peers' rows are held to from this node's own trained answers, above the
+    fixed -8, and a checkpoint keeps it. (A random tiny model finds every text about as likely: that a
+    peer's unlikely text is then left out is shown on hand-built rows, tests/sapo/test_plausibility.py.)"""
+    # the tiny model's own groups are flat: kept (no filter) and forwarded (a KL term), so they calibrate
+    cfg = CFG.replace(filter_zero_advantage=False, beta=0.04, checkpoint_every=1)
+    model, tok = load_policy(model_dir)
+    trainer = Trainer(model, tok, cfg, library.preset("seed-easy"), None, tmp_path, seed=3)
+    results = [trainer.run_round() for _ in range(6)]
+    assert results[0].metrics["external_logprob_floor"] == cfg.external_min_logprob  # nothing measured yet
+    assert trainer.plausibility.calibrated()
+    floor = trainer.plausibility.floor()
+    assert cfg.external_min_logprob < floor < 0
+    model, tok = load_policy(model_dir)
+    resumed = Trainer(model, tok, cfg, library.preset("seed-easy"), None, tmp_path, seed=3)
+    resumed.load(latest_checkpoint(tmp_path))
+    assert resumed.plausibility.floor() == floor
+    assert resumed.run_round().metrics["external_logprob_floor"] == floor
