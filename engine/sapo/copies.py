@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.sapo.own_sample import OwnSample, upper_quantile
 from engine.sapo.records import RolloutGroup
 
 _SPACE = re.compile(r"\s+")
@@ -64,31 +64,25 @@ def copy_share(completions: Sequence[str]) -> float:
     return (n - len({normalised(c) for c in completions})) / n if n > 1 else 0.0
 
 
-def upper_quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile of `values` by the nearest rank at or above it (no interpolation: a bound)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
 class CopyScreen:
     """Owned by the trainer thread: `observe_own` each own group as scored, `refuses` a peer's."""
 
     def __init__(self, cfg: CopiesConfig) -> None:
         self.cfg = cfg
-        self._own: deque[float] = deque(maxlen=cfg.window)
+        self._own = OwnSample(cfg.window, cfg.min_own_groups, lambda share: 0.0 <= share <= 1.0)
 
     def observe_own(self, group: RolloutGroup) -> None:
         if group.rewards is not None and group.has_signal:
-            self._own.append(copy_share(group.completions))
+            self._own.add([copy_share(group.completions)])
 
     def max_share(self) -> float:
         """The share of copies an honest group reaches here ("measured" once enough own groups)."""
-        if len(self._own) < self.cfg.min_own_groups:
+        if not self._own.calibrated():
             return self.cfg.default_max_share
-        return upper_quantile(list(self._own), self.cfg.quantile)
+        return upper_quantile(self._own.values(), self.cfg.quantile)
 
     def calibrated(self) -> bool:
-        return len(self._own) >= self.cfg.min_own_groups
+        return self._own.calibrated()
 
     def refuses(self, group: RolloutGroup) -> bool:
         """A scored peer group with signal holding more copies than this node's own groups do."""
@@ -97,11 +91,7 @@ class CopyScreen:
         return copy_share(group.completions) > self.max_share() + 1e-9
 
     def state_dict(self) -> list[float]:
-        return list(self._own)
+        return self._own.state_dict()
 
     def load_state(self, state: Any) -> None:
-        """Restore the own window; anything malformed (a damaged checkpoint) starts it empty."""
-        self._own.clear()
-        if isinstance(state, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                           and 0.0 <= v <= 1.0 for v in state):
-            self._own.extend(float(v) for v in state)
+        self._own.load_state(state)

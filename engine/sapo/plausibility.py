@@ -13,11 +13,10 @@ Memory: one float per remembered own row.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from engine.sapo.copies import upper_quantile
+from engine.sapo.own_sample import OwnSample, upper_quantile
 
 QUANTILE = 0.01  # of own rows' mean log-prob: their least likely 1%
 WINDOW = 1024  # own rows remembered
@@ -29,25 +28,22 @@ class PlausibilityFloor:
 
     def __init__(self, lowest: float, margin: float) -> None:
         self.lowest, self.margin = lowest, margin
-        self._own: deque[float] = deque(maxlen=WINDOW)
+        self._own = OwnSample(WINDOW, MIN_ROWS, lambda v: math.isfinite(v) and v <= 0.0)
 
     def observe(self, own_mean_logps: Iterable[float]) -> None:
-        self._own.extend(v for v in own_mean_logps if math.isfinite(v) and v <= 0.0)
+        self._own.add(own_mean_logps)
 
     def calibrated(self) -> bool:
-        return len(self._own) >= MIN_ROWS
+        return self._own.calibrated()
 
     def floor(self) -> float:
         if not self.calibrated():
             return self.lowest
-        low = -upper_quantile([-v for v in self._own], 1.0 - QUANTILE)  # the QUANTILE-th lowest
+        low = -upper_quantile([-v for v in self._own.values()], 1.0 - QUANTILE)  # the QUANTILE-th lowest
         return max(self.lowest, low - self.margin)
 
     def state_dict(self) -> list[float]:
-        return list(self._own)
+        return self._own.state_dict()
 
     def load_state(self, state: Any) -> None:
-        """Restore the window; anything malformed (a damaged checkpoint) starts it empty."""
-        self._own.clear()
-        if isinstance(state, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in state):
-            self.observe(float(v) for v in state)
+        self._own.load_state(state)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.sapo.copies import CopiesConfig, CopyScreen, copy_share, upper_quantile
+from engine.sapo.copies import CopiesConfig, CopyScreen, copy_share
+from engine.sapo.own_sample import upper_quantile
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.tasks.reference import TaskRef
 
