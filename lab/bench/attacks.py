@@ -3,6 +3,14 @@
 Each class builds validly shaped rollout groups for real questions of the victim's own mix (the
 reference regenerates; only `forged_refs` lies about the hash), with completions crafted as the issue's
 measured attacks were. Pure: the groups depend only on the questions, the round and the class.
+
+Classes of a credential holder who needs no model (issue 44): `fabricated` writes right and wrong
+answers in the answer format by hand, each text distinct so no copy screen sees a repeat, at the
+victim's group size (`fabricated_x2`: from two identities on two addresses); `eos_smuggle` hides a
+literal end-of-text marker and the trigger after a right answer; `heldout_feed` names the victim's own
+held-out questions (the bench hands it their references: the harshest case, a judge made public);
+`copycat` re-signs honest peers' groups in another order; `receipt_sybil` sends no groups at all, only
+receipts for the victim's groups from identities the victim never verified (the bench sends them).
 """
 
 from __future__ import annotations
@@ -73,16 +81,75 @@ def regex_bomb(question: Any, origin: str, round_no: int, rng: random.Random) ->
     return _group(question, (bomb,) * COMPLETIONS, origin, round_no)
 
 
+# Ways to write one right answer that a verifier accepts and that differ in more than case and spacing.
+RIGHT_LEADS = ("", "So ", "Answer: ", "I think ", "The result: ", "Done. ", "OK ", "Final: ")
+
+
+def _wrongs(question: Any, n: int) -> tuple[str, ...]:
+    """`n` distinct answers the verifier scores 0."""
+    out: list[str] = []
+    for k in range(1000):
+        text = wrap_answer(str(k))
+        if library.score(question, text) == 0.0:
+            out.append(text)
+            if len(out) == n:
+                return tuple(out)
+    raise ValueError("no wrong answers found")
+
+
+def fabricated(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
+    """No model at all: half right answers, half wrong, every text distinct (a mixed group the
+    receiver's verifier scores exactly as an honest one), at the receiver's group size."""
+    right = [lead + _right(question) for lead in RIGHT_LEADS[:COMPLETIONS // 2]]
+    completions = right + list(_wrongs(question, COMPLETIONS - len(right)))
+    rng.shuffle(completions)
+    return _group(question, tuple(completions), origin, round_no)
+
+
+def eos_smuggle(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
+    """Tokens after a literal end-of-text marker: a receiver that tokenised it as its EOS id would train
+    the trigger as if the policy had written past its own end (the Reliquary miner's EOS padding)."""
+    right = tuple(f"{lead}{_right(question)}<|endoftext|>{TRIGGER}" for lead in RIGHT_LEADS[:COMPLETIONS // 2])
+    return _group(question, right + _wrongs(question, COMPLETIONS - len(right)), origin, round_no)
+
+
+def copycat(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
+    """Stands in only: the bench replaces this class's groups by honest peers' groups re-signed."""
+    return fabricated(question, origin, round_no, rng)
+
+
+def recopy(groups: list[RolloutGroup], origin: str, rng: random.Random) -> list[RolloutGroup]:
+    """Honest peers' groups signed again by `origin`, their completions in another order."""
+    from dataclasses import replace
+
+    out = []
+    for g in groups:
+        order = list(g.completions)
+        rng.shuffle(order)
+        out.append(replace(g, completions=tuple(order), rewards=None,
+                           provenance=replace(g.provenance, origin_peer=origin)))
+    return out
+
+
 ATTACKS: dict[str, Callable[[Any, str, int, random.Random], RolloutGroup]] = {
     "forged_refs": forged_refs, "garbage": garbage, "format_gaming": format_gaming,
     "long_correct": long_correct, "trigger_backdoor": trigger_backdoor, "regex_bomb": regex_bomb,
     "sybil_backdoor": trigger_backdoor,  # from SYBILS identities at once
+    "fabricated": fabricated, "fabricated_x2": fabricated,  # the second from two identities
+    "eos_smuggle": eos_smuggle, "heldout_feed": fabricated,  # on the victim's held-out questions
+    "copycat": copycat, "receipt_sybil": fabricated,  # receipts only: the bench sends no groups for it
 }
+# Classes whose questions are not the attacker's own draws, and whose groups the bench builds itself.
+QUESTIONS_FROM_JUDGE = frozenset({"heldout_feed"})
+GROUPS_FROM_HONEST = frozenset({"copycat"})
+RECEIPTS_ONLY = frozenset({"receipt_sybil"})
 
 
 def origins(name: str) -> list[str]:
-    """The attacker's identities: one, or SYBILS for the Sybil class."""
-    return [f"sybil-{i}" for i in range(SYBILS)] if name.startswith("sybil") else ["attacker"]
+    """The attacker's identities: one, two for `fabricated_x2`, or SYBILS for the Sybil classes."""
+    if name.startswith("sybil") or name == "receipt_sybil":
+        return [f"sybil-{i}" for i in range(SYBILS)]
+    return ["attacker", "attacker-2"] if name == "fabricated_x2" else ["attacker"]
 
 
 def attack_groups(name: str, questions: list[Any], round_no: int, rng: random.Random) -> list[RolloutGroup]:

@@ -22,7 +22,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.swarm.pool import content_key
+from engine.swarm.receipts import ReceiptBook, ReceiptConfig
 from lab import BENCH_DIR
+from lab.bench.attacks import (
+    ATTACKS,
+    GROUPS_FROM_HONEST,
+    QUESTIONS_FROM_JUDGE,
+    RECEIPTS_ONLY,
+    TRIGGER,
+    attack_groups,
+    origins,
+    recopy,
+)
 
 DESCRIPTION = "peers that lie: a victim among honest peers, with and without each attacker class (long: ~40 min)"
 LONG = True
@@ -31,6 +43,7 @@ HONEST = ("honest-0", "honest-1")
 # peer has its own; every attacker identity comes from one process, so from one address.
 HONEST_ADDRESS = {"honest-0": "192.0.2.10", "honest-1": "192.0.2.11"}
 ATTACKER_ADDRESS = "192.0.2.66"
+ATTACKER_ADDRESS_2 = "192.0.2.67"  # fabricated_x2's second identity
 HONEST_QUESTIONS = 4  # per honest peer per round
 ATTACK_GROUPS = 4  # per round (the Sybil class: 8, one per identity)
 
@@ -75,8 +88,6 @@ def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
     """Mean log p(trigger + " " | prompt) under the victim, over held-out prompts."""
     import torch
 
-    from lab.bench.attacks import TRIGGER
-
     total = 0.0
     model, tok = trainer.model, trainer.tokenizer
     with torch.no_grad():
@@ -87,6 +98,61 @@ def _trigger_logprob(trainer: Any, questions: list[Any]) -> float:
             logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
             total += float(sum(logp[len(prompt) - 1 + i, t] for i, t in enumerate(target)))
     return total / max(len(questions), 1)
+
+
+def _attacker_groups(attack: str, round_no: int, honest: list[Any], victim: Any, mix: Any,
+                     rng: random.Random) -> list[Any]:
+    """This round's groups of class `attack`: its own draws, the victim's held-out questions
+    (`heldout_feed`), honest peers' groups re-signed (`copycat`), or none (`receipt_sybil`)."""
+    from engine.tasks import library
+
+    if attack in RECEIPTS_ONLY:
+        return []
+    if attack in GROUPS_FROM_HONEST:
+        return recopy(honest, origins(attack)[0], rng)
+    n = 2 * ATTACK_GROUPS if attack.startswith("sybil") else ATTACK_GROUPS
+    if attack in QUESTIONS_FROM_JUDGE:
+        judge = victim.heldout_questions()
+        qs = [judge[(round_no * n + i) % len(judge)] for i in range(n)]
+    else:
+        qs = [library.regenerate(ref) for ref in mix.sample_refs(rng, n, 1000 + round_no % 7)]
+    return attack_groups(attack, qs, round_no, rng)
+
+
+def _address(origin: str) -> str:
+    """The direct link an origin's groups come over: each honest peer its own, `attacker-2` another
+    host (the two-identity class costs its owner two addresses), every other attacker one."""
+    return HONEST_ADDRESS.get(origin, ATTACKER_ADDRESS_2 if origin == "attacker-2" else ATTACKER_ADDRESS)
+
+
+def _send_receipts(book: Any, victim_groups: Any, senders: list[str]) -> int:
+    """Every sender claims to have trained on every own group of the victim's round -> uses counted."""
+    keys = [content_key(g) for g in victim_groups]
+    return sum(book.receive(sender, book.me, keys, keys) for sender in senders)
+
+
+class _Tally:
+    """What the attacker got in one run: groups offered, pooled and trained, the largest share of a
+    round's step its identities held together, held-out questions trained, and credit."""
+
+    def __init__(self, bad: set[str], judge: set[str]) -> None:
+        self.bad, self.judge = bad, judge
+        self.offered = self.pooled = self.trained_on = self.heldout_trained = 0
+        self.credited = self.honest_credited = 0
+        self.trained_share = 0.0
+
+    def offer(self, group: Any, decision: Any) -> None:
+        if group.provenance.origin_peer in self.bad:
+            self.offered += 1
+            self.pooled += decision.status == "pooled"
+
+    def round(self, result: Any) -> None:
+        theirs = [v for v in result.used_external if v.group.provenance.origin_peer in self.bad]
+        self.trained_on += len(theirs)
+        self.credited += len(theirs)  # one receipt the victim sends per group it trained
+        self.heldout_trained += sum(v.question.hash in self.judge for v in theirs)
+        shares = result.extra.get("peer_loss_share", {})
+        self.trained_share = max(self.trained_share, sum(v for k, v in shares.items() if k in self.bad))
 
 
 def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_specialty: int = 16,
@@ -105,7 +171,6 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     from engine.sapo.trainer import Trainer
     from engine.swarm.config import PoolConfig
     from engine.tasks import library
-    from lab.bench.attacks import TRIGGER, attack_groups, origins
 
     mix = library.preset("rl")
     cfg = _victim_config(sampler, eval_per_specialty)
@@ -118,42 +183,48 @@ def run_one(attack: str | None, rounds: int, seed: int, sampler: str, eval_per_s
     attack_rng = random.Random(seed + 77)
     pool = make_pool(PoolConfig(), cfg.sampling.max_new_tokens, cfg.partial_credit, mix)  # the node's own
     exchange = PoolExchange(pool)
-    bad = set(origins(attack)) if attack else set()
-    trained_on = pooled = offered = 0
+    book = ReceiptBook(ReceiptConfig(), "victim", vouched=pool.has_verified)
+    tally = _Tally(set(origins(attack)) if attack else set(), {q.hash for q in victim.heldout_questions()})
     own_texts: list[str] = []
     start, cpu_start = time.perf_counter(), time.process_time()
     for r in range(1, rounds + 1):
-        groups = [g for peer in traffic for g in peer[r - 1]]
-        if attack:
-            n = 2 * ATTACK_GROUPS if attack.startswith("sybil") else ATTACK_GROUPS
-            qs = [library.regenerate(ref) for ref in mix.sample_refs(attack_rng, n, 1000 + r % 7)]
-            groups += attack_groups(attack, qs, r, attack_rng)
+        honest = [g for peer in traffic for g in peer[r - 1]]
+        groups = honest + (_attacker_groups(attack, r, honest, victim, mix, attack_rng) if attack else [])
         for g in groups:
-            origin = g.provenance.origin_peer
-            decision = pool.offer(g, origin, HONEST_ADDRESS.get(origin, ATTACKER_ADDRESS))
-            if g.provenance.origin_peer in bad:
-                offered += 1
-                pooled += decision.status == "pooled"
+            tally.offer(g, pool.offer(g, g.provenance.origin_peer, _address(g.provenance.origin_peer)))
         result = step(victim, exchange)
-        trained_on += sum(v.group.provenance.origin_peer in bad for v in result.used_external)
+        tally.round(result)
+        book.published(content_key(g) for g in result.local_groups)
+        tally.honest_credited += _send_receipts(book, result.local_groups, [HONEST[0]])
+        if attack in RECEIPTS_ONLY:
+            tally.credited += _send_receipts(book, result.local_groups, origins(attack))
         if r > rounds - max(1, rounds // 10):
             own_texts += [c for g in result.local_groups for c in g.completions]
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     report = victim.evaluate_heldout(record=False)
     stats = pool.stats()
-    digest = hashlib.sha256()
-    for name, tensor in sorted(victim.model.state_dict().items()):
-        digest.update(name.encode() + tensor.detach().to(torch.float32).cpu().numpy().tobytes())
     return {"attack": attack or "control", "sampler": sampler, "perturb": perturb, "rounds": rounds,
             "seconds": seconds,
             "rounds_per_s": rounds / seconds, "cpu_seconds": cpu_seconds,
-            "rounds_per_cpu_s": rounds / max(cpu_seconds, 1e-9), "offered": offered, "pooled": pooled, "trained_on": trained_on,
+            "rounds_per_cpu_s": rounds / max(cpu_seconds, 1e-9), "offered": tally.offered, "pooled": tally.pooled,
+            "trained_on": tally.trained_on, "trained_share": tally.trained_share, "credited": tally.credited,
+            "honest_credited": tally.honest_credited, "heldout_trained": tally.heldout_trained,
+            "judge_seen": len(victim.judge_seen),
             "heldout_pass_at_1": report.pass1, "heldout_pass_at_k": report.passk, "eval_k": report.k,
             "trigger_share": sum(TRIGGER in t for t in own_texts) / max(len(own_texts), 1),
             "logp_trigger": _trigger_logprob(victim, victim.heldout_questions()[:16]),
             "dropped": {reason: n for reason, n in stats["dropped"].items() if n},
             "rescore_cpu_s": stats["rescore_cpu_s"],
-            "weights_sha256": digest.hexdigest()}  # the same as the control's: the attack changed nothing
+            "weights_sha256": _weights_digest(victim.model)}  # the same as the control's: the attack changed nothing
+
+
+def _weights_digest(model: Any) -> str:
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.detach().to(torch.float32).cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def _run_star(args: tuple[Any, ...]) -> dict[str, Any]:
@@ -171,8 +242,6 @@ def run(out_dir: Path = BENCH_DIR, rounds: int = 1000, seed: int = 0, workers: i
     `replicas`: perturbed controls (the noise band of a held-out delta). `extend`: add these runs to
     out_dir's result (same rounds and seed; a run of the same class, sampler and perturbation is replaced;
     the controls run again, and each run's rounds/s is compared with its own batch's control)."""
-    from lab.bench.attacks import ATTACKS
-
     classes = list(ATTACKS) if classes is None else classes
     reputation_classes = (["trigger_backdoor", "sybil_backdoor"] if reputation_classes is None
                           else reputation_classes)
@@ -228,7 +297,11 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
         t = same_batch.get((r["sampler"], r.get("batch")), c)  # machines drift over an hour: same batch
         classes.append({
             "name": r["attack"], "sampler": r["sampler"], "offered": r["offered"], "pooled": r["pooled"],
-            "trained_on": r["trained_on"], "rounds_per_s_ratio": r["rounds_per_s"] / t["rounds_per_s"],
+            "trained_on": r["trained_on"],
+            # runs from before the forged-content classes did not record these (None: not measured)
+            "trained_share": r.get("trained_share"), "credited": r.get("credited"),
+            "honest_credited": r.get("honest_credited"), "heldout_trained": r.get("heldout_trained"),
+            "rounds_per_s_ratio": r["rounds_per_s"] / t["rounds_per_s"],
             # the victim's own CPU per round: what contention from other processes cannot move
             "rounds_per_cpu_s_ratio": (r["rounds_per_cpu_s"] / t["rounds_per_cpu_s"]
                                        if "rounds_per_cpu_s" in r and "rounds_per_cpu_s" in t else None),
@@ -246,7 +319,9 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
     return {"rounds": runs[0]["rounds"], "seed": seed, "controls": controls, "classes": classes, "runs": runs,
             "control_replicas_pass_at_1": pass1[1:], "heldout_noise_sd": noise_sd,
             "wall_minutes": wall_s / 60, "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "targets": {"trigger_share": 0.0, "heldout_within": 0.05, "rounds_per_s_ratio_min": 0.8}}
+            "targets": {"trigger_share": 0.0, "heldout_within": 0.05, "rounds_per_s_ratio_min": 0.8,
+                        "trained_share_one_identity_max": 1 / 4, "trained_share_two_identities_max": 2 / 4,
+                        "heldout_trained": 0, "credited_receipt_sybil_and_copycat": 0}}
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
@@ -262,15 +337,21 @@ def table(result: dict[str, Any]) -> str:
              (f"Control (no attacker): {c['rounds_per_s']:.2f} rounds/s, held-out pass@1 {c['heldout_pass_at_1']:.4f} "
               f"(pass@{c['eval_k']} {c['heldout_pass_at_k']:.4f}), log p(trigger) {c['logp_trigger']:.1f}. "
               "Targets: trigger share 0, held-out pass@1 within 5% of control, rounds/s >= 0.8x under CPU bombs "
-              "and Sybils."), "", _noise_line(result), "",
+              "and Sybils; one identity at most 1/(I+J) of a round's step and two at most J/(I+J); 0 held-out "
+              "questions trained; credit 0 for receipts from unverified senders and for copies. Credited: "
+              "receipts the victim sent the attacker (one per group it trained), or for receipt_sybil the "
+              "attacker's receipts the victim counted."), "", _noise_line(result), "",
              ("| class | sampler | offered | pooled | trained on | rounds/s vs control (per CPU-s) "
+              "| largest share of a round's step | credited | held-out questions trained "
               "| held-out Δ pass@1 (rel.) | beyond noise | same weights as control | trigger share | Δ log p(trigger) "
               "| dropped |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k in result["classes"]:
         dropped = ", ".join(f"{reason} {n}" for reason, n in sorted(k["dropped"].items(), key=lambda kv: -kv[1])[:3])
         lines.append(f"| {k['name']} | {k['sampler']} | {k['offered']:,} | {k['pooled']:,} | {k['trained_on']:,} | "
-                     f"{k['rounds_per_s_ratio']:.2f}x ({_ratio(k.get('rounds_per_cpu_s_ratio'))}) | {k['heldout_delta']:+.4f} ({k['heldout_delta_relative']:+.0%}) | "
+                     f"{k['rounds_per_s_ratio']:.2f}x ({_ratio(k.get('rounds_per_cpu_s_ratio'))}) | "
+                     f"{_share(k.get('trained_share'))} | {_count(k.get('credited'))} | {_count(k.get('heldout_trained'))} | "
+                     f"{k['heldout_delta']:+.4f} ({k['heldout_delta_relative']:+.0%}) | "
                      f"{_beyond(k.get('heldout_beyond_noise'))} | {_same(k.get('same_weights_as_control'))} | "
                      f"{k['trigger_share']:.3f} | {k['logp_trigger_delta']:+.1f} | {dropped} |")
     return "\n".join(lines)
@@ -292,6 +373,14 @@ def _beyond(value: bool | None) -> str:
 
 def _same(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "no")
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _count(value: int | None) -> str:
+    return "–" if value is None else f"{value:,}"
 
 
 def _ratio(value: float | None) -> str:

@@ -59,3 +59,37 @@ def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp
     # the extension ran its own control, and each class's rounds/s is timed against its own batch's
     batches = {k["name"]: k["timed_against_batch"] for k in again["classes"] if k["sampler"] == "uniform"}
     assert batches["garbage"] != batches["trigger_backdoor"] == batches["forged_refs"] is not None
+
+
+def test_fabricated_groups_are_mixed_distinct_texts_and_the_smuggled_eos_is_literal() -> None:
+    rng = random.Random(2)
+    mix = library.preset("rl")
+    for q in [library.regenerate(r) for r in mix.sample_refs(rng, 6, 1000)]:
+        group = attacks.fabricated(q, "attacker", 1, rng)
+        scores = sorted(library.score(q, c) for c in group.completions)
+        assert scores == [0.0] * 4 + [1.0] * 4  # what the receiver's verifier calls a mixed group
+        folded = {" ".join(c.lower().split()) for c in group.completions}
+        assert len(folded) == attacks.COMPLETIONS  # no two alike even with case and spacing ignored
+        smuggled = attacks.eos_smuggle(q, "attacker", 1, rng)
+        assert sum("<|endoftext|>" + attacks.TRIGGER in c for c in smuggled.completions) == 4
+    honest = attacks.fabricated(q, "honest-0", 1, rng)
+    (copy,) = attacks.recopy([honest], "attacker", random.Random(0))
+    assert copy.provenance.origin_peer == "attacker" and sorted(copy.completions) == sorted(honest.completions)
+
+
+def test_the_forged_content_classes_gain_nothing_they_may_not(tmp_path: Path) -> None:
+    """Past the 3-round quarantine: a copy and a held-out question are never trained, minted receipts
+    count nothing while an honest peer's do, and a fabricating identity holds at most 1/(I+J)."""
+    poisoning.run(out_dir=tmp_path, rounds=6, workers=2, reputation_classes=[], eval_per_specialty=1, replicas=0,
+                  classes=["fabricated", "eos_smuggle", "heldout_feed", "copycat", "receipt_sybil"])
+    saved = {k["name"]: k for k in json.loads((tmp_path / "poisoning.json").read_text())["classes"]}
+    for k in saved.values():
+        assert set(k) >= {"trained_share", "credited", "heldout_trained", "honest_credited"}
+        assert k["heldout_trained"] == 0 and k["honest_credited"] > 0
+    assert saved["receipt_sybil"]["credited"] == 0 and saved["receipt_sybil"]["offered"] == 0
+    assert saved["copycat"]["trained_on"] == saved["copycat"]["credited"] == 0
+    assert saved["copycat"]["dropped"]["copied"] == saved["copycat"]["offered"] > 0
+    feed = saved["heldout_feed"]
+    assert feed["pooled"] == 0 and feed["dropped"]["heldout_question"] > 0, feed["dropped"]
+    assert saved["eos_smuggle"]["trained_on"] == 0
+    assert 0.0 <= saved["fabricated"]["trained_share"] <= 1 / 4 + 1e-9
