@@ -18,6 +18,9 @@ from the swarm:
              solo / question / text for 3.5 / 2.5 / 2 times the rounds, judged after each whole multiple
              of them too: their learning curves, so that an arm that costs more CPU per round (text: ~1.5x
              solo's) meets them at the same CPU-seconds, measured, not extrapolated
+  text-attacked-1, text-attacked-2
+             text, with 1 or 2 fabricating identities publishing beside the honest nodes
+             (lab/bench/swarm_attack.py): what the victims lose, and the attackers' largest share of a step
 
 The judge is disjoint from training by content (lab/bench/judge_set.py), and each node's score leaves
 out the judge texts it trained on all the same (counted: `judge_excluded_seen`).
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import statistics
 import sys
 import time
@@ -38,6 +42,7 @@ from typing import Any
 
 from lab.bench.judge_set import disjoint_judge
 from lab.bench.real_arm import SOLVED, judge, judge_mix, train_mix
+from lab.bench.swarm_attack import ATTACKERS, attacker_groups_trained, attacker_round, attacker_share
 
 ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
     "solo": {"num_external": 0, "num_suggested": 0},
@@ -51,6 +56,10 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     "solo-long": {"num_external": 0, "num_suggested": 0},
     "question-long": {"num_external": 0, "num_suggested": 1},
     "text-long": {"num_external": 2, "num_suggested": 0},
+    # text among 1 or 2 fabricating identities (lab/bench/swarm_attack.py): judged against text-long's
+    # judge at the same round and seed
+    "text-attacked-1": {"num_external": 2, "num_suggested": 0},
+    "text-attacked-2": {"num_external": 2, "num_suggested": 0},
 }
 # Arms that run a multiple of the bench's rounds, judged after each whole one too: solo's curve runs long
 # enough (3.5x) to meet text's (2x, at ~1.5x solo's CPU per round) at equal CPU-seconds.
@@ -134,8 +143,10 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
         return judge(node, unseen, eval_k, eval_seeds) | {"judge_excluded_seen": len(judge_q) - len(unseen)}
 
     sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0  # replay alone is not sharing
-    swarm = InMemorySwarm([agent_identity(seed, k) for k in range(len(nodes))],
-                          max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
+    identities = [agent_identity(seed, k) for k in range(len(nodes) + ATTACKERS.get(arm, 0))]
+    attackers = [ident.peer_id for ident in identities[len(nodes):]]
+    attack_rng = random.Random(seed * 7919 + 1)
+    swarm = InMemorySwarm(identities, max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
     exchanges = [PoolExchange(swarm.pools[k], functools.partial(swarm.publish, k) if sharing else None)
                  for k in range(len(nodes))]
     history: list[list[dict[str, float]]] = [[] for _ in nodes]
@@ -154,8 +165,13 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
                 "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
                 "peer_loss_share_max", "external_implausible", "external_pending")}
                 | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
+                | {"attacker_loss_share": attacker_share(result, set(attackers)),
+                   "attacker_groups_trained": float(attacker_groups_trained(result, set(attackers)))}
                 | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)),
                                                int(m.get("replayed_groups", 0)))})
+        for a, groups in enumerate(attacker_round(attackers, r, train_mix(specialties), judge_q,
+                                                  nodes[0].cfg.completions, attack_rng).values()):
+            swarm.publish(len(nodes) + a, groups)  # arrive with the honest groups, at the next barrier
         if r % 10 == 0 or r == 1:
             recent = [h for hist in history for h in hist[-10:]]
             print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "
@@ -174,7 +190,10 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
             "specialties": [node_specialties(setting, k, specialties) for k in range(len(nodes))],
             "minutes": (time.time() - t_start) / 60, "counters": dict(swarm.counters),
             "peer_loss_share_max": max((h.get("peer_loss_share_max", 0.0) for hist in history for h in hist),
-                                       default=0.0)}
+                                       default=0.0),
+            "attackers": len(attackers),
+            "attacker_loss_share_max": max((h["attacker_loss_share"] for hist in history for h in hist), default=0.0),
+            "attacker_groups_trained": sum(h["attacker_groups_trained"] for hist in history for h in hist)}
 
 
 def main(argv: list[str]) -> int:

@@ -28,6 +28,7 @@ from lab import BENCH_DIR
 from lab.bench import swarm_why
 from lab.bench.real_learning import _prepare
 from lab.bench.swarm_arm import ARMS, ROUNDS_FACTOR, SETTINGS
+from lab.bench.swarm_attack import attack_keys, attack_lines
 
 SPECIALTIES = ("base_conversion", "basic_arithmetic", "fraction_simplification", "decimal_arithmetic",
                "calendar_arithmetic", "binary_matrix")  # the app's own mix (tasks preset "rl")
@@ -148,7 +149,7 @@ def summarize(work: Path) -> dict[str, Any]:
         row = _arm(setting, arm, per_seed, paired, base)
         for against in CURVE_ARMS:
             row |= equal_cpu(per_seed, curves, setting, against)
-        arms.append(row)
+        arms.append(row | attack_keys(runs, setting, arm))
     return {"model": before.get("model"), "backend": before.get("backend"), "before": before["before"],
             "judge_questions": before["before"]["questions"], "judge": before.get("judge"),
             "eval_k": before["before"]["k"],
@@ -330,7 +331,7 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {a['setting']} | {a['name']} | {s['own_pick_groups']:.0f} ({s['own_pick_mixed']:.0f}) | "
                      f"{s['suggested_groups']:.0f} ({s['suggested_mixed']:.0f}) | {s['peer_text_groups']:.0f} | "
                      f"{s['seconds_own_pick']:.0f} / {s['seconds_suggested']:.0f} / {s['seconds_peer_text']:.0f} |")
-    return "\n".join(lines + _curve_lines(result) + swarm_why.why_lines(result))
+    return "\n".join(lines + _curve_lines(result) + attack_lines(result) + swarm_why.why_lines(result))
 
 
 def _equal_cpu_cell(arm: dict[str, Any], against: str = "solo") -> str:
