@@ -19,7 +19,7 @@ from engine.models.resolve import stored_model_id
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
 from engine.sapo.first_look import DROP_COPIES, DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, DROP_SPECIAL_TOKENS
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Provenance, RolloutGroup, content_key
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.sampler import (
     DROP_NOT_SAMPLED,
@@ -28,7 +28,7 @@ from engine.sapo.sampler import (
     DROP_SAME_QUESTION,
     DROP_ZERO_ADVANTAGE,
 )
-from engine.sapo.verdicts import VerdictLog, skipped_verdicts
+from engine.sapo.verdicts import Verdict, VerdictLog, round_verdicts
 from engine.swarm.config import SwarmConfig
 from engine.tasks import library
 from engine.tasks.library import preset as mix_preset
@@ -60,17 +60,16 @@ def test_every_trainer_reason_is_a_typed_verdict() -> None:
 
 
 def test_a_verdict_is_told_once_until_it_changes() -> None:
-    flat = _peer_group(1, ("no", "nope")).with_rewards((0.0, 0.0))
-    mixed = _peer_group(2).with_rewards((1.0, 0.0))
-    a = VerifiedGroup(flat, library.regenerate(flat.ref))
-    b = VerifiedGroup(mixed, library.regenerate(mixed.ref))
+    a, b = content_key(_peer_group(1, ("no", "nope"))), content_key(_peer_group(2))
     log = VerdictLog()
-    first = skipped_verdicts([a, b], [(flat, "zero_advantage"), (mixed, "not_sampled")])
-    assert log.changed(first) == [(a, "zero_advantage"), (b, "not_sampled")]
-    assert log.changed(skipped_verdicts([a, b], [(flat, "zero_advantage")])) == []  # b was used: no verdict
-    assert log.changed(skipped_verdicts([a], [(flat, "repeated_text")])) == [(a, "repeated_text")]
+    first = round_verdicts([], [], [(a, "zero_advantage"), (b, "not_sampled")], [])
+    assert log.changed(first) == [Verdict(a, "skipped", "zero_advantage"), Verdict(b, "skipped", "not_sampled")]
+    used = round_verdicts([], [b], [(a, "zero_advantage")], [])
+    assert used == (Verdict(b, "used"), Verdict(a, "skipped", "zero_advantage"))
+    assert log.changed(used) == []  # a: told already; b was used: no skip to tell
+    assert log.changed(round_verdicts([], [], [(a, "repeated_text")], [])) == [Verdict(a, "skipped", "repeated_text")]
     with pytest.raises(ValueError, match="not a trainer verdict"):
-        skipped_verdicts([a], [(flat, "bored")])
+        round_verdicts([], [], [(a, "bored")], [])
 
 
 def test_a_screened_group_reaches_the_feed_with_its_reason(tmp_path: Path, tiny_model: Path) -> None:

@@ -11,7 +11,7 @@ from engine.metrics import BY_NAME, COLUMNS_FROZEN_AT, METRICS, PLOTTED, STORED,
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
 from engine.store import Store
@@ -84,7 +84,7 @@ def test_a_real_round_emits_only_registered_metrics_and_the_store_keeps_the_stor
     first = trainer.run_round()
     q = regenerate(first.local_groups[0].ref)
     peer = RolloutGroup(q.ref, q.hash, ("a", "bb", "ccc", "dddd"), Provenance("peerA", "seed", 3, 9, 0.0))
-    second = trainer.run_round([VerifiedGroup(peer.with_rewards((1.0, 0.0, 1.0, 0.0)), q)])
+    second = trainer.run_round([Candidate.of(VerifiedGroup(peer.with_rewards((1.0, 0.0, 1.0, 0.0)), q))])
     emitted = [e.metrics for e in events if isinstance(e, RoundCompleted)]
     assert len(emitted) == 2 and "loss" in second.metrics and "external_repeated_text" in second.metrics
     assert "eval_due_in_s" in emitted[-1]

@@ -368,7 +368,7 @@ class Node:
         """One round; the trainer itself stores its metrics and emits RoundCompleted / EvalCompleted."""
         self._contribution.round_started()
         result = step(trainer, self.net)
-        self.net.report_skipped(result.skipped)
+        self.net.report_verdicts(result.verdicts)
         self._desk.keep_round(result.local_groups)
         self._contribution.round_done()
         with self._lock:

@@ -23,7 +23,7 @@ from engine.swarm.pool import PoolDecision, RolloutPool
 def make_rescorer(partial_credit: bool, mix: Any = None) -> Callable[[RolloutGroup], VerifiedGroup | None]:
     """The pool's gate: regenerate the question from the reference, check its hash, score every
     completion with the *local* verifier, once: the result is the group's `VerifiedGroup`, which the
-    pool keeps and the trainer uses as it is. A forged or unknown reference gives None (dropped).
+    pool keeps (as a `Candidate`) and the trainer uses as it is. A forged or unknown reference gives None (dropped).
     Only generator settings of a preset, a curriculum rung or `mix` (the node's own) are run: a peer
     can't make us generate huge questions."""
     def rescore(group: RolloutGroup) -> VerifiedGroup | None:

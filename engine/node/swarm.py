@@ -17,8 +17,8 @@ from typing import Any
 from engine import tasks
 from engine.events import LogRecord
 from engine.node.peer_groups import make_pool, rollout_event, task_library_version
-from engine.sapo.records import RolloutGroup, VerifiedGroup
-from engine.sapo.verdicts import Skipped, VerdictLog
+from engine.sapo.records import Candidate, CandidateKey, RolloutGroup
+from engine.sapo.verdicts import Verdict, VerdictLog
 from engine.swarm.identity import Identity
 from engine.swarm.service import SwarmService
 
@@ -36,6 +36,7 @@ class NodeSwarm:
         self.service: Any = None
         self._refusals_stored: dict[str, int] = {}  # the service's refusal counters as last stored
         self._verdicts = VerdictLog()  # the trainer's skips as last reported (trainer thread only)
+        self._offered: dict[CandidateKey, Candidate] = {}  # this round's candidates: its verdicts name them by key
 
     async def start(self, model_id: str) -> None:
         cfg = self.config
@@ -105,26 +106,28 @@ class NodeSwarm:
                 "receipts": stats["receipts"]}
 
     # --- the trainer thread ----------------------------------------------------------------------
-    def candidates(self) -> list[VerifiedGroup]:
+    def candidates(self) -> list[Candidate]:
         pool = self.pool
-        return pool.candidates() if pool is not None else []
+        candidates: list[Candidate] = pool.candidates() if pool is not None else []
+        self._offered = {c.key: c for c in candidates}
+        return candidates
 
     def copiers(self) -> list[str]:
         pool = self.pool
         return pool.take_copiers() if pool is not None else []
 
-    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
+    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[Candidate], fetch: int) -> None:
         """A round ended (the round step's exchange, on the trainer thread): mark and report the peers'
         groups it used, tell their origins (receipts), publish its own groups (and fetch `fetch` of
         others'), store the refusals since the last."""
         service, pool, loop = self.service, self.pool, self._loop
         if pool is not None and used:
-            pool.mark_used(used)
-            for verified in used:
-                self._emit(rollout_event(verified.group, "used", question=verified.question))
+            pool.mark_used([c.key for c in used])
+            for c in used:
+                self._emit(rollout_event(c.group, "used", question=c.question))
         if service is not None and loop is not None and not loop.is_closed():
             if used:  # display only: an origin sees that its work was used
-                asyncio.run_coroutine_threadsafe(service.send_receipts([v.group for v in used]), loop)
+                asyncio.run_coroutine_threadsafe(service.send_receipts(list(used)), loop)
             if own:
                 # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
                 me = self.identity.peer_id
@@ -134,11 +137,13 @@ class NodeSwarm:
                 future.add_done_callback(self._log_publish_failure)
         self.store_refusals()
 
-    def report_skipped(self, skipped: Sequence[Skipped]) -> None:
+    def report_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         """The round's verdicts on pooled groups it passed over reach the feed and the store like the
         pool's decisions; a verdict already reported for a group is not repeated (trainer thread)."""
-        for verified, why in self._verdicts.changed(skipped):
-            self._emit(rollout_event(verified.group, "skipped", why, verified.question))
+        for verdict in self._verdicts.changed(verdicts):
+            candidate = self._offered.get(verdict.key)
+            if candidate is not None:
+                self._emit(rollout_event(candidate.group, "skipped", verdict.reason, candidate.question))
 
     def _log_publish_failure(self, future: Any) -> None:
         exc = future.exception()

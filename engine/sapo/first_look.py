@@ -17,8 +17,8 @@ Per candidate, once (a pooled group is a candidate in every round until it is us
 A fresh origin's groups wait ("pending", not dropped) until the screen has seen it on
 `min_questions` questions (before that a trigger cannot be told from a question's wording, and the
 first groups of every fresh identity would pass unjudged) and its quarantine is over (a number of this
-node's rounds since it was first a candidate: engine/sapo/quarantine.py). Memory: one view per pooled group (the
-cache is pruned to the current candidates each round).
+node's rounds since it was first a candidate: engine/sapo/quarantine.py). Memory: one view per pooled group, by
+its candidate key (the cache is pruned to the current candidates each round).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 from engine.sapo.copies import CopiesConfig, CopyScreen
 from engine.sapo.peer_weight import subsample_group
 from engine.sapo.quarantine import Quarantine
-from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, CandidateKey, RolloutGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.reputation import Reputation
 from engine.sapo.rows import receiver_view, score_group, shape_rewards, special_ids_of, special_token_rows
@@ -54,7 +54,7 @@ class Look:
     copied:   the group holds more copies of one answer than this node's own groups do
     """
 
-    verified: VerifiedGroup
+    candidate: Candidate
     view: RolloutGroup
     ids: tuple[tuple[int, ...], ...]
     removed: int
@@ -88,48 +88,50 @@ class FirstLook:
         self._tokenizer, self._eos_id, self._max_tokens = tokenizer, eos_id, max_tokens
         self._special_ids = special_ids_of(tokenizer)
         self._reward_fn = reward_fn
-        self._looks: dict[int, Look] = {}  # id(VerifiedGroup) -> its verdict; the key's object is held by the Look
+        self._looks: dict[CandidateKey, Look] = {}  # candidate key -> its view, while it is a candidate
 
     def observe_own(self, group: RolloutGroup, question_text: str) -> None:
         """This node's own scored group: what its own sampling looks like, for both screens."""
         self.guard.observe_own(group.completions, question_text)
         self.copies.observe_own(group)
 
-    def judge(self, candidates: Sequence[VerifiedGroup], format_weight: float, filter_zero_advantage: bool,
-              round_no: int = 0) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[RolloutGroup, str]], int, int]:
+    def judge(self, candidates: Sequence[Candidate], format_weight: float, filter_zero_advantage: bool,
+              round_no: int = 0) -> tuple[list[tuple[Look, RolloutGroup]], list[tuple[CandidateKey, str]],
+                                          list[CandidateKey], int]:
         """-> (candidates that may be drawn, each with its view shaped by this round's format weight;
-        those the screens left without signal with the reason; groups pending; completions the screen
-        removed from groups first judged now)."""
-        current: dict[int, Look] = {}
+        those the screens left without signal, by key, with the reason; the keys of those pending;
+        completions the screen removed from groups first judged now)."""
+        current: dict[CandidateKey, Look] = {}
         looks: list[tuple[Look, RolloutGroup]] = []
-        dropped: list[tuple[RolloutGroup, str]] = []
-        pending = removed = 0
-        fresh = [v for v in candidates if id(v) not in self._looks and not v.group.is_local]
+        dropped: list[tuple[CandidateKey, str]] = []
+        pending: list[CandidateKey] = []
+        removed = 0
+        fresh = [v for v in candidates if v.key not in self._looks and not v.group.is_local]
         if self.guard.cfg.enabled:  # all of this round's groups count before any is judged
             for v in fresh:
                 self.guard.observe(v.group, v.question.text)
         for v in candidates:
-            look = self._looks.get(id(v))
+            look = self._looks.get(v.key)
             first = look is None
             if look is None:
                 if not v.group.is_local and not self._ready(v, round_no):
-                    pending += 1
+                    pending.append(v.key)
                     continue
                 look = self._look(v)
                 removed += look.removed
-            current[id(v)] = look
+            current[v.key] = look
             shaped = shape_rewards(look.view, format_weight)
             why = look.drop_reason(shaped, filter_zero_advantage)
             if first and not v.group.is_local:  # its origin's record: once per group
                 self.reputation.record(v.group.provenance.origin_peer, flagged=look.removed > 0 or bool(why))
             if why:
-                dropped.append((v.group, why))
+                dropped.append((v.key, why))
             else:
                 looks.append((look, shaped))
         self._looks = current
         return looks, dropped, pending, removed
 
-    def _ready(self, v: VerifiedGroup, round_no: int) -> bool:
+    def _ready(self, v: Candidate, round_no: int) -> bool:
         """The origin's quarantine is over and the screen has seen it on enough questions to judge it."""
         origin = v.group.provenance.origin_peer
         released = self.quarantine.ready(origin, round_no)
@@ -137,7 +139,7 @@ class FirstLook:
             return released
         return released and self.guard.questions_seen(origin) >= self.guard.cfg.min_questions
 
-    def _look(self, v: VerifiedGroup) -> Look:
+    def _look(self, v: Candidate) -> Look:
         group = v.group if v.group.is_local else subsample_group(v.group, self._group_size)
         screened, removed = self.guard.screen(group, v.question.text) if not group.is_local else (group, 0)
         view, ids, cut = receiver_view(screened, self._tokenizer, self._eos_id, self._max_tokens)

@@ -19,7 +19,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from engine.sapo.records import VerifiedGroup
+from engine.sapo.records import Candidate
 from engine.sapo.sampler import has_signal
 
 SOURCES = ("own_pick", "suggested", "peer_text")  # where a trained-on group came from
@@ -43,8 +43,8 @@ class RecentQuestions:
         return question_hash in self._seen
 
 
-def pick_suggestions(candidates: Sequence[VerifiedGroup], n: int, per_origin: int, rng: random.Random,
-                     recent: RecentQuestions) -> list[VerifiedGroup]:
+def pick_suggestions(candidates: Sequence[Candidate], n: int, per_origin: int, rng: random.Random,
+                     recent: RecentQuestions) -> list[Candidate]:
     """Up to `n` candidates whose locally re-scored rewards are mixed, at most `per_origin` from one
     origin and one per question, none of a question asked here lately; drawn uniformly. n = 0 draws
     nothing from `rng` (a node that takes no suggestions keeps its exact random path)."""
@@ -53,11 +53,11 @@ def pick_suggestions(candidates: Sequence[VerifiedGroup], n: int, per_origin: in
     mixed = [v for v, signal in zip(candidates, has_signal([v.group for v in candidates])) if signal]
     eligible = [v for v in mixed if v.group.question_hash not in recent]
     rng.shuffle(eligible)
-    picked: list[VerifiedGroup] = []
+    picked: list[Candidate] = []
     per: dict[str, int] = {}
     questions: set[str] = set()
     for v in eligible:
-        origin = v.group.provenance.origin_peer
+        origin = v.origin
         if per.get(origin, 0) >= per_origin or v.group.question_hash in questions:
             continue
         picked.append(v)

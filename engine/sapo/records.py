@@ -4,20 +4,27 @@ A group is one question (as a task reference + question hash) with its L decoded
 provenance. It is plain text: never weights or gradients. Rewards are *never* taken from the wire:
 `rewards` is filled by the local verifier after regenerating the question from `ref`.
 Generator log-probs are optional and untrusted; they are only ever used clipped.
+
+A peer's group, once the pool has verified it, is a `Candidate`: one identity (its content key,
+hashed once, on arrival) from the pool through the trainer's judgement to its verdict, the receipt
+and the feed. Here, below both engine/swarm and the trainer, so each may hold one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NewType
 
 from engine.tasks.reference import TaskRef
 
 if TYPE_CHECKING:
     from engine.tasks.library import Question
 
+CandidateKey = NewType("CandidateKey", str)  # content_key of a group: sha256 hex
 LOCAL_PEER = "local"
 SIGNAL_TOL = 1e-9  # rewards further apart than this give a group an advantage (grpo.nonzero_advantage_groups)
 
@@ -106,3 +113,45 @@ class VerifiedGroup:
             raise ValueError("a verified group carries one local reward per completion")
         if self.question.hash != self.group.question_hash or self.question.ref != self.group.ref:
             raise ValueError("a verified group's question must be the one its reference regenerates")
+
+
+def content_key(group: RolloutGroup) -> CandidateKey:
+    """Identity of a group's content (reference, question hash, the completions as a multiset): rewards,
+    signer and completion order excluded, so a reordered or re-signed copy is the same group."""
+    payload = json.dumps([group.ref.key, group.question_hash, sorted(group.completions)],
+                         ensure_ascii=False, separators=(",", ":"))
+    return CandidateKey(hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A peer's verified group as the pool holds it and the trainer judges it, under one identity.
+
+    key:          `content_key` of the group, computed once, when the pool first saw it: the pool, the
+                  trainer's first look and verdicts, receipts and the pool's use count all go by it
+    verified:     the group exactly as offered, with this node's rewards, and its regenerated question
+    origin:       the peer that signed it (the wire refuses a group whose origin is not its signer)
+    source:       the network address of the direct link it came over; "" for relays and the board
+    received_at:  when the pool took it (the pool's clock, unix seconds)
+
+    This node's own groups are never candidates: the round keeps them by their index (sampler.py).
+    """
+
+    key: CandidateKey
+    verified: VerifiedGroup
+    origin: str
+    source: str = ""
+    received_at: float = 0.0
+
+    @classmethod
+    def of(cls, verified: VerifiedGroup, source: str = "", received_at: float = 0.0) -> Candidate:
+        """A candidate that did not come through a pool (a harness, a test): its key hashed here."""
+        return cls(content_key(verified.group), verified, verified.group.provenance.origin_peer, source, received_at)
+
+    @property
+    def group(self) -> RolloutGroup:
+        return self.verified.group
+
+    @property
+    def question(self) -> Question:
+        return self.verified.question

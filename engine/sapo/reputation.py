@@ -1,4 +1,5 @@
-"""Whom to trust: each origin's record of what its groups did here, and a J sampler weighted by it.
+"""Whom to trust: each origin's record of what its groups did here (the J sampler weighted by it is
+`ReputationSampler` in engine/sapo/sampler.py).
 
 A node learns about a peer from every group it offers (once, when first a candidate): *flagged*
 when this node would leave some of it out for text the peer repeats that the task does not explain,
@@ -15,13 +16,9 @@ Sans-I/O and owned by the trainer thread; `snapshot()` is a copy other threads m
 from __future__ import annotations
 
 import math
-import random
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from engine.sapo.records import RolloutGroup
 
 MAX_ORIGINS = 1024
 
@@ -97,21 +94,3 @@ class Reputation:
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 1e9
                    for v in (clean, flagged, groups)):
                 self._records[origin] = _Record(float(clean), float(flagged), int(groups))
-
-
-class ReputationSampler:
-    """j groups without replacement, each drawn with probability proportional to its origin's weight
-    (Efraimidis–Spirakis keys u^(1/w): one pass, deterministic given the rng)."""
-
-    name = "reputation"
-
-    def __init__(self, reputation: Reputation | None = None) -> None:
-        self.reputation = reputation if reputation is not None else Reputation()
-
-    def draw(self, candidates: Sequence[RolloutGroup], j: int, rng: random.Random) -> list[RolloutGroup]:
-        if j <= 0 or not candidates:
-            return []
-        keyed = [(rng.random() ** (1.0 / self.reputation.weight(g.provenance.origin_peer)), i)
-                 for i, g in enumerate(candidates)]
-        keyed.sort(reverse=True)
-        return [candidates[i] for _, i in keyed[:j]]

@@ -87,6 +87,12 @@ class SourceChoice:
         record.mixed += mixed
         record.seconds += seconds
 
+    def observe_round(self, metrics: dict[str, float]) -> None:
+        """A round's own groups, by source, from its metrics (engine/sapo/frontier.source_metrics)."""
+        for source in SOURCES:
+            self.observe(source, int(metrics[f"{source}_groups"]), int(metrics[f"{source}_mixed"]),
+                         metrics[f"seconds_{source}"])
+
     def state_dict(self) -> dict[str, dict[str, float]]:
         return {s: {"groups": r.groups, "mixed": r.mixed, "seconds": r.seconds} for s, r in self.records.items()}
 

@@ -13,18 +13,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, RolloutGroup
 
 if TYPE_CHECKING:  # the trainer brings torch: importing the step must not
     from engine.sapo.trainer import RoundResult, Trainer
 
 
 class Exchange(Protocol):
-    def candidates(self) -> list[VerifiedGroup]:
+    def candidates(self) -> list[Candidate]:
         """Peers' groups this round may draw from (verified by the local gate)."""
         ...
 
-    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
+    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[Candidate], fetch: int) -> None:
         """The round ended: `used` entered the loss, `own` is this node's to share; fetch `fetch` more."""
         ...
 
@@ -42,17 +42,17 @@ class PoolExchange:
         self.publish = publish
         self.offered = 0  # candidates the last round was offered
 
-    def candidates(self) -> list[VerifiedGroup]:
-        groups: list[VerifiedGroup] = self.pool.candidates()  # type: ignore[attr-defined]
-        self.offered = len(groups)
-        return groups
+    def candidates(self) -> list[Candidate]:
+        candidates: list[Candidate] = self.pool.candidates()  # type: ignore[attr-defined]
+        self.offered = len(candidates)
+        return candidates
 
     def copiers(self) -> list[str]:
         return list(self.pool.take_copiers())  # type: ignore[attr-defined]
 
-    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[VerifiedGroup], fetch: int) -> None:
+    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[Candidate], fetch: int) -> None:
         if used:
-            self.pool.mark_used(used)  # type: ignore[attr-defined]
+            self.pool.mark_used([c.key for c in used])  # type: ignore[attr-defined]
         if self.publish is not None and own:
             self.publish(own)
 

@@ -1,22 +1,22 @@
 """The SAPO round on one node: generate -> score -> select (I own + J external) -> update -> record.
 
 The node drives a Trainer: it publishes `RoundResult.local_groups`, feeds back external groups as
-the pool verified them, once (`VerifiedGroup`: question regenerated, hash checked, re-scored
-locally; the trainer uses that question as it is), and calls
+the pool verified them, once (`Candidate`s: question regenerated, hash checked, re-scored locally,
+under the content key the pool gave each; the trainer uses that question as it is, judges and draws
+by that key: engine/sapo/plan.py, and names each in `RoundResult.verdicts`), and calls
 `save_checkpoint()` on a clean stop. Everything random comes from one `random.Random` whose state is
 checkpointed, so `Trainer.resume` continues exactly: same next batch, same next loss.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.checkpoint import checkpoint_due, latest_checkpoint, load_checkpoint, save_checkpoint
 from engine.evaluation import EvalReport, evaluate
@@ -28,31 +28,30 @@ from engine.sapo.adaptive_j import JBandit
 from engine.sapo.config import SapoConfig
 from engine.sapo.copies import CopyScreen
 from engine.sapo.eval_schedule import eval_due, eval_due_in
-from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook, Look
+from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook
 from engine.sapo.frontier import RecentQuestions, pick_suggestions
-from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
+from engine.sapo.plan import RoundPlanner
 from engine.sapo.plausibility import PlausibilityFloor
 from engine.sapo.quarantine import Quarantine
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup
 from engine.sapo.repeated_text import RepeatedTextGuard
 from engine.sapo.replay import FrontierReplay
 from engine.sapo.reputation import Reputation
 from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, round_metrics
-from engine.sapo.rows import LocalGroup, external_rows, local_rows, score_group, shape_rewards
-from engine.sapo.sampler import DROP_OTHER_MODEL, has_signal, make_sampler, select_groups
-from engine.sapo.source_choice import SOURCES, SourceChoice
-from engine.sapo.update import (
-    TrainRow,
-    UpdateStats,
-    make_optimizer,
-    policy_update,
-    round_denominator,
-    strategy_keep,
-)
-from engine.sapo.verdicts import skipped_verdicts
+from engine.sapo.rows import LocalGroup, score_group, shape_rewards
+from engine.sapo.sampler import has_signal, make_sampler
+from engine.sapo.source_choice import SourceChoice
+from engine.sapo.update import UpdateStats, frozen_reference, make_optimizer, policy_update
+from engine.sapo.verdicts import round_verdicts
 from engine.store import Store
 from engine.tasks.curriculum import Curriculum
 from engine.tasks.prompts import PromptBuilder, PromptSpec
+
+
+class _Learned(Protocol):
+    def state_dict(self) -> Any: ...
+
+    def load_state(self, state: Any) -> None: ...
 
 
 class Trainer:
@@ -80,24 +79,17 @@ class Trainer:
         self.round = 0
         self.policy_version = 0
         self.optimizer = make_optimizer(model, cfg)
-        self.sampler = make_sampler(cfg.sampler)
         # Each origin's record here; the reputation sampler draws J by it, any sampler keeps it current.
         self.reputation = Reputation(cfg.reputation)
+        self.sampler = make_sampler(cfg.sampler, self.reputation)
         self._recent_questions = RecentQuestions()  # asked here lately: not worth a peer's suggestion
         self.sources = SourceChoice()  # what own picks and suggestions yielded here (cfg.adaptive_sources)
         self.replay = FrontierReplay()  # own recent frontier questions (cfg.num_replay)
-        if hasattr(self.sampler, "reputation"):
-            self.sampler.reputation = self.reputation
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
         # Adaptive J draws from the trainer's own (checkpointed) RNG, so a resumed run chooses alike.
         self.j_bandit = (JBandit(cfg.adaptive_j, cfg.num_external, self.rng)
                          if cfg.adaptive_j.enabled and cfg.num_external else None)
-        # The KL reference is the policy as handed in (the seed), frozen: copied before any step.
-        self.ref_model = None
-        if cfg.beta > 0 or cfg.external_kl_anchor > 0:
-            self.ref_model = copy.deepcopy(model).eval()
-            for p in self.ref_model.parameters():
-                p.requires_grad_(False)
+        self.ref_model = frozen_reference(model, cfg)  # taken before any step: the policy as handed in
         eos = eos_token_ids(model, tokenizer)
         if not eos:
             raise ValueError("the tokenizer/model defines no EOS token")
@@ -111,6 +103,7 @@ class Trainer:
         self.first_look = FirstLook(self.repeated_text, self.reputation, tokenizer, self.eos_id,
                                     cfg.sampling.max_new_tokens, self.reward_fn, group_size=cfg.completions,
                                     quarantine=Quarantine(cfg.quarantine_rounds), copies=CopyScreen(cfg.copies))
+        self.planner = RoundPlanner(cfg, model_id, self.first_look, self.sampler, self.prompt, tokenizer)
         self._heldout: list[Any] | None = None
         # Hashes of the judge's question texts this node has trained on (own draws or peers' groups that
         # happen to share a judge question's text): those are left out of every later eval.
@@ -124,7 +117,7 @@ class Trainer:
         self._checkpointed: tuple[int, int] | None = None  # (round, policy_version) of the newest checkpoint
 
     # -- the round --------------------------------------------------------------------------------
-    def run_round(self, external: Sequence[VerifiedGroup] = ()) -> RoundResult:
+    def run_round(self, external: Sequence[Candidate] = ()) -> RoundResult:
         self._baseline_eval()
         t0 = time.perf_counter()
         round_no = self.round + 1
@@ -132,33 +125,29 @@ class Trainer:
         t_gen = time.perf_counter()
         scored = self._score(round_no, asked)
         t_score = time.perf_counter()
-        plan = self._plan_update(asked.external, scored)
+        plan = self.planner.plan(asked.external, scored, self._choose_j(scored), self.rng, round_no)
         t_prep = time.perf_counter()
         stats = self._update(round_no, plan)
         t_upd = time.perf_counter()
         self._note_judge_texts(asked, plan)
 
-        metrics, per_spec = round_metrics(scored.local, plan.kept, len(asked.suggested), plan.peer_text, stats,
-                                          (t0, t_gen, t_score, t_upd), self._lib.format_reward)
-        metrics.update(format_weight=scored.weight, external_repeated_text=float(plan.repeated),
-                       external_j=float(plan.j), external_pending=float(plan.pending),
-                       peer_loss_share_max=max(plan.peer_shares.values(), default=0.0),
-                       replayed_groups=float(len(asked.replayed)), copy_share_bound=self.first_look.copies.max_share(),
-                       external_logprob_floor=stats.logprob_floor)
-        self._observe_sources(metrics)
+        metrics, per_spec = round_metrics(asked, scored, plan, stats, (t0, t_gen, t_score, t_upd),
+                                          self._lib.format_reward, self.first_look.copies.max_share())
+        if self.cfg.adaptive_sources:
+            self.sources.observe_round(metrics)
         phases = {"generate": t_gen - t0, "score": t_score - t_gen, "prepare": t_prep - t_score,
                   "update": t_upd - t_prep, "total": t_upd - t0}
-        self._record_round(metrics, per_spec, phases, len(plan.kept_ids), len(plan.used_external))
+        self._record_round(metrics, per_spec, phases, len(plan.kept), len(plan.used_external))
         report, ckpt = self._eval_and_checkpoint(round_no, t0)
+        verdicts = round_verdicts([c.key for c in asked.suggested], [c.key for c in plan.used_external],
+                                  plan.dropped, plan.pending)
         return RoundResult(round=round_no, policy_version=self.policy_version,
                            local_groups=tuple(lg.group for lg in scored.local),
-                           used_external=tuple(plan.used_external), dropped_external=tuple(plan.dropped),
-                           metrics=metrics, per_specialty_reward=per_spec, phase_seconds=phases, eval=report,
-                           checkpoint=ckpt, suggested=tuple(asked.suggested),
-                           skipped=skipped_verdicts(asked.external, plan.dropped),
-                           extra={"peer_loss_share": dict(plan.peer_shares)})
+                           used_external=tuple(plan.used_external), metrics=metrics, per_specialty_reward=per_spec,
+                           phase_seconds=phases, eval=report, checkpoint=ckpt, suggested=tuple(asked.suggested),
+                           verdicts=verdicts, peer_loss_share=dict(plan.peer_shares))
 
-    def _ask(self, round_no: int, external: Sequence[VerifiedGroup]) -> Asked:
+    def _ask(self, round_no: int, external: Sequence[Candidate]) -> Asked:
         """Draw the round's I questions and sample L completions to each."""
         cfg = self.cfg
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
@@ -167,8 +156,8 @@ class Trainer:
         suggested = pick_suggestions(external, self._suggestion_slots(len(external)), cfg.suggested_per_origin,
                                      self.rng, self._recent_questions)
         if suggested:
-            taken = {id(v) for v in suggested}
-            external = [v for v in external if id(v) not in taken]
+            taken = {c.key for c in suggested}
+            external = [c for c in external if c.key not in taken]
         replayed = self.replay.draw(min(cfg.num_replay, cfg.num_local - len(suggested)), self.rng)
         refs = [entry.ref for _, entry in replayed]
         refs += mix.sample_refs(self.rng, cfg.num_local - len(suggested) - len(replayed), cfg.dataset_seed)
@@ -198,8 +187,8 @@ class Trainer:
             self._observe_own(k, asked, q, group)
             self.first_look.observe_own(group, q.text)
             self._recent_questions.add(q.hash)
-        for v, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
-            self.reputation.record(v.group.provenance.origin_peer, flagged=not has_signal([lg.group])[0])
+        for c, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
+            self.reputation.record(c.origin, flagged=not has_signal([lg.group])[0])
         return Scored(weight, local, shaped)
 
     def _observe_own(self, k: int, asked: Asked, question: Any, group: RolloutGroup) -> None:
@@ -214,56 +203,17 @@ class Trainer:
             key, entry = asked.replayed[k - len(asked.suggested)]
             self.replay.observe_replayed(key, entry, group.has_signal)
 
-    def _plan_update(self, external: Sequence[VerifiedGroup], scored: Scored) -> UpdatePlan:
-        """Pick the own groups with signal and draw J peers' groups -> the rows the update trains on."""
-        cfg = self.cfg
-        ours = [not cfg.external_same_model or v.group.provenance.model_id == self.model_id for v in external]
-        other = [v for v, ok in zip(external, ours) if not ok]
-        external = [v for v, ok in zip(external, ours) if ok]
-        # Each candidate as it would be trained on (screened, cut, re-scored), judged once and before
-        # the draw: a group the screens leave without signal never takes one of the J slots.
-        looks, dropped, pending, repeated = self.first_look.judge(external, scored.weight,
-                                                                  cfg.filter_zero_advantage, self.round + 1)
-        dropped += [(v.group, DROP_OTHER_MODEL) for v in other]
-        look_of: dict[int, Look] = {id(shaped): look for look, shaped in looks}
-        shaped_ext = [shaped for _, shaped in looks]
-        j = cfg.num_external
-        if self.j_bandit is not None:  # last round's J earned this round's own reward; pick this round's
-            own = [r for lg in scored.local for r in (lg.group.rewards or ())]
-            self.j_bandit.observe(sum(own) / max(len(own), 1))
-            j = self.j_bandit.choose()
-        selection = select_groups([lg.group for lg in scored.shaped], shaped_ext, j, self.sampler,
-                                  self.rng, cfg.filter_zero_advantage, cfg.max_origin_share)
-        dropped += [(look_of[id(g)].verified.group, why) for g, why in selection.dropped if not g.is_local]
-        kept_ids = {id(g) for g in selection.own}
-        chosen = [look_of[id(g)] for g in selection.external]
-        ext_prompts = [self.prompt(look.verified.question) for look in chosen]
-        rows = local_rows([lg for lg in scored.shaped if id(lg.group) in kept_ids], self.tokenizer,
-                          cfg.advantage_eps)
-        rows += external_rows(list(selection.external), ext_prompts, [look.ids for look in chosen],
-                              self.tokenizer, cfg.advantage_eps)
-        rows, floor, shares = self._bound_peers(rows, scored, j, [look.verified for look in chosen])
-        kept = [k for k, lg in enumerate(scored.shaped) if id(lg.group) in kept_ids]
-        return UpdatePlan(rows, kept_ids, kept, selection.external, [look.verified for look in chosen], dropped,
-                          j, pending, repeated, step_floor=floor, peer_shares=shares)
-
-    def _bound_peers(self, rows: list[TrainRow], scored: Scored, j: int, used: Sequence[VerifiedGroup]
-                     ) -> tuple[list[TrainRow], float, dict[str, float]]:
-        """Each peer group's mass capped at one own group's and the peers' rows floored (the round's step
-        floor), with each origin's share of the step budget (engine/sapo/peer_weight.py)."""
-        unit = unit_mass(self.cfg.completions, [len(c.token_ids) for lg in scored.local for c in lg.completions])
-        floor = step_floor(len(scored.local) + j, unit)
-        keep = strategy_keep(rows, self.cfg)
-        rows = cap_peer_mass(rows, unit, keep)
-        shares: dict[str, float] = {}  # of the budget as if every row were divided by max(D, F): an upper bound
-        for source, share in loss_shares(rows, floor, keep).items():
-            origin = used[source].group.provenance.origin_peer
-            shares[origin] = shares.get(origin, 0.0) + share
-        return floor_peer_rows(rows, round_denominator(rows, self.cfg), floor), floor, shares
+    def _choose_j(self, scored: Scored) -> int:
+        """J this round: the config's, or the bandit's (last round's J earned this round's own reward)."""
+        if self.j_bandit is None:
+            return self.cfg.num_external
+        own = [r for lg in scored.local for r in (lg.group.rewards or ())]
+        self.j_bandit.observe(sum(own) / max(len(own), 1))
+        return self.j_bandit.choose()
 
     def _update(self, round_no: int, plan: UpdatePlan) -> UpdateStats:
         """One policy update on the plan's rows; the round counts as done once it has stepped."""
-        trained = len(plan.kept_ids) + len(plan.used_external)
+        trained = len(plan.kept) + len(plan.used_external)
         self._emit(WorkProgress(phase="updating", round=round_no, total=trained,
                                 detail=f"learning from {trained} groups"))
         self._mid_update = True
@@ -271,9 +221,9 @@ class Trainer:
                               min_logprob=self.plausibility.floor())
         self.plausibility.observe(stats.own_mean_logps)
         self.policy_version += stats.steps
-        for k, v in enumerate(plan.used_external):  # what training found out beyond the first look
+        for k, c in enumerate(plan.used_external):  # what training found out beyond the first look
             if k in stats.implausible_sources:
-                self.reputation.record(v.group.provenance.origin_peer, flagged=True)
+                self.reputation.record(c.origin, flagged=True)
         self.reputation_snapshot = self.reputation.snapshot()
         self.round = round_no
         self._mid_update = False
@@ -283,7 +233,7 @@ class Trainer:
         """Remember the judge questions whose text this round trained on (a training draw or a peer's
         question may repeat a judge text: seeds differ, small task spaces do not)."""
         judge = {q.hash for q in self.heldout_questions()}
-        trained = [asked.questions[k].hash for k in plan.kept] + [v.question.hash for v in plan.used_external]
+        trained = [asked.questions[k].hash for k in plan.kept] + [c.question.hash for c in plan.used_external]
         self.judge_seen.update(h for h in trained if h in judge)
 
     def _suggestion_slots(self, candidates: int) -> int:
@@ -292,12 +242,6 @@ class Trainer:
         if not cfg.adaptive_sources:
             return cfg.num_suggested
         return self.sources.suggested_slots(cfg.num_local, cfg.num_suggested, candidates, self.rng)
-
-    def _observe_sources(self, metrics: dict[str, float]) -> None:
-        if self.cfg.adaptive_sources:
-            for source in SOURCES:
-                self.sources.observe(source, int(metrics[f"{source}_groups"]), int(metrics[f"{source}_mixed"]),
-                                     metrics[f"seconds_{source}"])
 
     def _record_round(self, metrics: dict[str, float], per_spec: dict[str, float], phases: dict[str, float],
                       num_local: int, num_external: int) -> None:
@@ -388,12 +332,8 @@ class Trainer:
             return newest  # nothing trained since: rewriting it would only open a window to lose it
         t0 = time.perf_counter()
         extra = {"config": self.cfg.to_dict(), "model_id": self.model_id, "mix": self.mix.name,
-                 "seed": self.seed, "curriculum": self.curriculum.state_dict(),
-                 "reputation": self.reputation.state_dict(),
-                 "quarantine": self.first_look.quarantine.state_dict(), "copies": self.first_look.copies.state_dict(),
-                 "plausibility": self.plausibility.state_dict(),
-                 "adaptive_j": self.j_bandit.state_dict() if self.j_bandit is not None else None,
-                 "sources": self.sources.state_dict(), "replay": self.replay.state_dict(),
+                 "seed": self.seed, **{name: part.state_dict() if part is not None else None
+                                       for name, part in self._learned().items()},
                  "eval_clock": self.eval_clock, "judge_seen": sorted(self.judge_seen),
                  "lora": lora_record(self.model)}
         path = save_checkpoint(self.checkpoint_dir, model=self.model, optimizer=self.optimizer, round=self.round,
@@ -413,23 +353,23 @@ class Trainer:
         self.rng.setstate(ckpt.python_rng)
         self.round, self.policy_version = ckpt.round, ckpt.policy_version
         self._checkpointed = (ckpt.round, ckpt.policy_version)
-        self.curriculum.load_state(ckpt.extra.get("curriculum"))
-        self.reputation.load_state(ckpt.extra.get("reputation"))
-        self.first_look.quarantine.load_state(ckpt.extra.get("quarantine"))
-        self.first_look.copies.load_state(ckpt.extra.get("copies"))
-        self.plausibility.load_state(ckpt.extra.get("plausibility"))
-        self.sources.load_state(ckpt.extra.get("sources"))
-        self.replay.load_state(ckpt.extra.get("replay"))
+        for name, part in self._learned().items():  # each checks its own (untrusted) state
+            if part is not None:
+                part.load_state(ckpt.extra.get(name))
         clock = ckpt.extra.get("eval_clock")
         self.eval_clock = float(clock) if isinstance(clock, (int, float)) and math.isfinite(clock) and clock >= 0 else 0.0
         seen = ckpt.extra.get("judge_seen")
         self.judge_seen = {h for h in seen if isinstance(h, str)} if isinstance(seen, list) else set()
-        if self.j_bandit is not None:
-            self.j_bandit.load_state(ckpt.extra.get("adaptive_j"))
         self.reputation_snapshot = self.reputation.snapshot()
         saved = ckpt.extra.get("config")
         self.config_changes = sorted(k for k, v in self.cfg.to_dict().items()
                                      if isinstance(saved, dict) and saved.get(k, v) != v)
+
+    def _learned(self) -> dict[str, _Learned | None]:
+        """What the trainer learned beside the weights, by its name in a checkpoint (None: not in use)."""
+        return {"curriculum": self.curriculum, "reputation": self.reputation, "quarantine": self.first_look.quarantine,
+                "copies": self.first_look.copies, "plausibility": self.plausibility, "adaptive_j": self.j_bandit,
+                "sources": self.sources, "replay": self.replay}
 
     @classmethod
     def resume(cls, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,

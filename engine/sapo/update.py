@@ -9,6 +9,7 @@ grpo's docstring); with more passes one no-grad forward computes them before the
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections.abc import Sequence
@@ -110,6 +111,17 @@ class _Chunk:
     ref: torch.Tensor | None = None  # [b, C] reference log-probs (KL terms)
     plausible: torch.Tensor | None = None  # [b] bool, decided on the first pass
     sources: tuple[int, ...] = ()  # [b] TrainRow.source
+
+
+def frozen_reference(model: Any, cfg: SapoConfig) -> Any | None:
+    """The KL reference (cfg.beta, cfg.external_kl_anchor): a frozen copy of `model` as it is now, or
+    None when no KL term is in use."""
+    if cfg.beta <= 0 and cfg.external_kl_anchor <= 0:
+        return None
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
 
 
 def _chunk_rows(rows: Sequence[TrainRow], max_rows: int, max_tokens: int) -> list[list[TrainRow]]:

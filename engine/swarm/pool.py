@@ -2,7 +2,9 @@
 
 Every group offered is re-scored locally first (`rescore` regenerates the question from its task
 reference, checks the hash, and scores each completion with the local verifier, once, into a
-`VerifiedGroup` that the pool keeps and hands to the trainer); a forged or unknown reference is dropped. Kept groups are bounded by capacity, by a per-peer share, by age (since receipt)
+`VerifiedGroup`); a forged or unknown reference is dropped. What the pool keeps, and hands to the
+trainer, is a `Candidate` (engine/sapo/records.py): that group under its content key, hashed once on
+arrival, with its signer, the address it came from and when. Kept groups are bounded by capacity, by a per-peer share, by age (since receipt)
 and by policy staleness (versions behind the newest seen from the same origin). Content-identical
 groups are kept once. Every decision is counted per peer and kept in a short history.
 
@@ -11,16 +13,14 @@ Thread-safe: the asyncio side offers while the trainer thread reads candidates a
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, CandidateKey, RolloutGroup, VerifiedGroup, content_key
 from engine.swarm.config import PoolConfig
 from engine.swarm.limits import KeyedBuckets, TokenBucket
 
@@ -45,14 +45,6 @@ MAX_TRACKED_PEERS = 1024
 SEEN_KEYS_PER_SLOT = 8  # remember this many content keys per pool slot for duplicate detection
 
 
-def content_key(group: RolloutGroup) -> str:
-    """Identity of a group's content (reference, question hash, the completions as a multiset): rewards,
-    signer and completion order excluded, so a reordered or re-signed copy is the same group."""
-    payload = json.dumps([group.ref.key, group.question_hash, sorted(group.completions)],
-                         ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 @dataclass(frozen=True)
 class PoolDecision:
     """What happened to one group: "pooled", "used" or "dropped" (with a reason)."""
@@ -72,15 +64,13 @@ class PoolDecision:
 
 @dataclass
 class _Entry:
-    verified: VerifiedGroup
+    candidate: Candidate  # what the trainer gets; its key is this entry's key in the pool
     peer_name: str
-    received_at: float
     uses: int = 0
-    source: str = ""  # the network address of the direct link it came over ("" for relays and the board)
 
     @property
     def group(self) -> RolloutGroup:
-        return self.verified.group
+        return self.candidate.group
 
 
 @dataclass
@@ -110,8 +100,8 @@ class RolloutPool:
         self._clock = clock
         self._on_decision = on_decision
         self._lock = threading.Lock()
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # content key -> entry, oldest first
-        self._seen: OrderedDict[str, str] = OrderedDict()  # content key ever offered -> its first signer (bounded)
+        self._entries: OrderedDict[CandidateKey, _Entry] = OrderedDict()  # content key -> entry, oldest first
+        self._seen: OrderedDict[CandidateKey, str] = OrderedDict()  # content key ever offered -> first signer (bounded)
         self._copiers: deque[str] = deque(maxlen=MAX_TRACKED_PEERS)  # origins caught copying, not yet taken
         self._peers: OrderedDict[str, _PeerStats] = OrderedDict()
         self._history: deque[PoolDecision] = deque(maxlen=config.history)
@@ -128,7 +118,8 @@ class RolloutPool:
     def offer(self, group: RolloutGroup, peer_name: str = "", source: str = "") -> PoolDecision:
         """Re-score and keep `group`, or drop it with a reason. Never trusts rewards on the group.
         `source`: the address of the direct link it came over; all identities behind one address share
-        `config.per_source_cap` slots."""
+        `config.per_source_cap` slots. The group's content is hashed here, once: its `Candidate` keeps
+        the key."""
         group = group if group.rewards is None else replace(group, rewards=None)
         key = content_key(group)
         with self._lock:
@@ -156,44 +147,41 @@ class RolloutPool:
             return self._decided([self._drop(group, peer_name, refused)])
         if scored is None:
             return self._decided([self._drop(group, peer_name, "forged_ref")])
-        rewards = scored.group.rewards if isinstance(scored, VerifiedGroup) else None
-        if rewards is None or len(rewards) != len(group.completions) or scored.question.hash != group.question_hash:
+        try:  # exactly what was offered, with the verifier's rewards: VerifiedGroup checks that they fit
+            verified = VerifiedGroup(replace(group, rewards=scored.group.rewards), scored.question)
+        except ValueError:
             return self._decided([self._drop(group, peer_name, "rescore_error", "not verified")])
-        # Keep exactly what was offered, with the verifier's rewards: rescore may only add rewards.
-        verified = VerifiedGroup(replace(group, rewards=rewards), scored.question)
         with self._lock:
             decisions = self._insert(verified, key, peer_name, source)
         return self._decided(decisions)
 
-    def mark_used(self, groups: Sequence[VerifiedGroup]) -> None:
-        """The trainer used these groups; after `max_uses` uses a group leaves the pool."""
+    def mark_used(self, keys: Iterable[CandidateKey]) -> None:
+        """The trainer used the candidates with these keys; after `max_uses` uses one leaves the pool."""
         decisions = []
         with self._lock:
-            for verified in groups:
-                group = verified.group
-                key = content_key(group)
+            for key in keys:
                 entry = self._entries.get(key)
                 if entry is None:
                     continue
                 entry.uses += 1
                 self._totals["used"] += 1
-                self._peer(group.provenance.origin_peer, entry.peer_name).used += 1
+                self._peer(entry.candidate.origin, entry.peer_name).used += 1
                 if entry.uses >= self.config.max_uses:
                     del self._entries[key]
                 decisions.append(PoolDecision("used", "", entry.group, entry.peer_name, self._clock(),
-                                              question=entry.verified.question))
-                self._count_question_use(group.question_hash)
+                                              question=entry.candidate.question))
+                self._count_question_use(entry.group.question_hash)
             decisions += self._retire_used_up_questions()
         self._finish(decisions)
 
     # --- readers ------------------------------------------------------------------------------------
-    def candidates(self) -> list[VerifiedGroup]:
+    def candidates(self) -> list[Candidate]:
         """Current, non-stale, verified groups, oldest first (expired and policy-stale ones are dropped)."""
         with self._lock:
             decisions = self._expire()
-            groups = [entry.verified for entry in self._entries.values()]
+            candidates = [entry.candidate for entry in self._entries.values()]
         self._finish(decisions)
-        return groups
+        return candidates
 
     def take_copiers(self) -> list[str]:
         """Origins whose group copied another signer's since the last call (once per copy)."""
@@ -215,7 +203,7 @@ class RolloutPool:
     def stats(self) -> dict[str, Any]:
         """received / pooled / used / dropped by reason, overall and per origin peer."""
         with self._lock:
-            in_pool: Counter[str] = Counter(e.group.provenance.origin_peer for e in self._entries.values())
+            in_pool: Counter[str] = Counter(e.candidate.origin for e in self._entries.values())
             return {
                 "size": len(self._entries),
                 "capacity": self.config.capacity,
@@ -244,7 +232,7 @@ class RolloutPool:
             stats.name = name or stats.name
         return stats
 
-    def _early_reason(self, group: RolloutGroup, key: str, stats: _PeerStats) -> str | None:
+    def _early_reason(self, group: RolloutGroup, key: CandidateKey, stats: _PeerStats) -> str | None:
         if group.is_local:
             return "local_group"
         first = self._seen.get(key)
@@ -291,43 +279,43 @@ class RolloutPool:
             self._cpu_peer.bucket(peer, now).charge(now, seconds)
             self._cpu_total.charge(now, seconds)
 
-    def _remember(self, key: str, origin: str) -> None:
+    def _remember(self, key: CandidateKey, origin: str) -> None:
         self._seen[key] = origin
         if len(self._seen) > self.config.capacity * SEEN_KEYS_PER_SLOT:
             self._seen.popitem(last=False)
 
-    def _insert(self, verified: VerifiedGroup, key: str, peer_name: str, source: str = "") -> list[PoolDecision]:
+    def _insert(self, verified: VerifiedGroup, key: CandidateKey, peer_name: str, source: str = "") -> list[PoolDecision]:
         now = self._clock()
         group = verified.group
         peer = group.provenance.origin_peer
         decisions = self._expire()
-        own = [k for k, e in self._entries.items() if e.group.provenance.origin_peer == peer]
+        own = [k for k, e in self._entries.items() if e.candidate.origin == peer]
         # Prefer fresh work: a peer over its share loses its oldest group, not the new one.
         while len(own) >= self.config.per_peer_cap:
             decisions.append(self._evict(own.pop(0), "evicted_peer_share"))
         if source:  # the same for every identity behind one address
-            same = [k for k, e in self._entries.items() if e.source == source]
+            same = [k for k, e in self._entries.items() if e.candidate.source == source]
             while len(same) >= self.config.per_source_cap:
                 decisions.append(self._evict(same.pop(0), "evicted_address_share"))
         while len(self._entries) >= self.config.capacity:
             decisions.append(self._evict(next(iter(self._entries)), "evicted_capacity"))
-        self._entries[key] = _Entry(verified, peer_name, now, source=source)
+        self._entries[key] = _Entry(Candidate(key, verified, peer, source, now), peer_name)
         self._totals["pooled"] += 1
         self._peer(peer, peer_name).pooled += 1
         decisions.append(PoolDecision("pooled", "", group, peer_name, now, question=verified.question))
         return decisions
 
-    def _evict(self, key: str, reason: str) -> PoolDecision:
+    def _evict(self, key: CandidateKey, reason: str) -> PoolDecision:
         entry = self._entries.pop(key)
         return replace(self._count_drop(entry.group, entry.peer_name, reason), evicted=True,
-                       question=entry.verified.question)
+                       question=entry.candidate.question)
 
     def _expire(self) -> list[PoolDecision]:
         now, decisions = self._clock(), []
         for key, entry in list(self._entries.items()):
-            stats = self._peers.get(entry.group.provenance.origin_peer)
+            stats = self._peers.get(entry.candidate.origin)
             newest = stats.newest_policy if stats is not None else -1
-            if now - entry.received_at > self.config.max_age_s:
+            if now - entry.candidate.received_at > self.config.max_age_s:
                 decisions.append(self._evict(key, "expired"))
             elif entry.group.provenance.policy_version + self.config.max_policy_lag < newest:
                 decisions.append(self._evict(key, "stale_policy"))

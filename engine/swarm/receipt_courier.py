@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.sapo.records import RolloutGroup
+from engine.sapo.records import Candidate, RolloutGroup, content_key
 from engine.swarm import protocol as p
 from engine.swarm.errors import ProtocolError
 from engine.swarm.receipts import (
@@ -35,24 +35,20 @@ class ReceiptCourier:
         self.sent = 0
 
     def published(self, groups: Sequence[RolloutGroup]) -> None:
-        from engine.swarm.pool import content_key
-
+        """This node's own groups, as it shared them (their keys, hashed here: they were never candidates)."""
         self.book.published(content_key(g) for g in groups)
 
-    async def send(self, groups: Sequence[RolloutGroup]) -> int:
-        """One receipt per origin for the peers' groups this node trained on (with this node's rewards,
-        which say whether each gave the update a gradient) -> receipts sent."""
-        from engine.swarm.pool import content_key
-
+    async def send(self, used: Sequence[Candidate]) -> int:
+        """One receipt per origin for the peers' groups this node trained on, by the keys the pool gave them
+        (with this node's rewards, which say whether each gave the update a gradient) -> receipts sent."""
         if not self.config.send:
             return 0
         by_origin: dict[str, list[str]] = {}
         moved: set[str] = set()  # groups whose rewards here gave this round's update a gradient
-        for g in groups:
-            key = content_key(g)
-            by_origin.setdefault(g.provenance.origin_peer, []).append(key)
-            if g.has_signal:
-                moved.add(key)
+        for c in used:
+            by_origin.setdefault(c.origin, []).append(c.key)
+            if c.group.has_signal:
+                moved.add(c.key)
         sent = 0
         for origin, keys in by_origin.items():
             frame = self.protocol.encode("receipt", receipt_body(origin, keys[:MAX_GROUPS_PER_RECEIPT], moved))

@@ -22,7 +22,7 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.http11 import Request, Response
 
 from engine.events import Event, LogRecord, PeerUpdated
-from engine.sapo.records import LOCAL_PEER, RolloutGroup
+from engine.sapo.records import LOCAL_PEER, Candidate, RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm import replay_state
 from engine.swarm.admission import InboundGate
@@ -187,7 +187,7 @@ class SwarmService:
                 "dropped_out": sum(link.dropped_out for link in links), "board": self.board.stats(),
                 "receipts": self.receipts.stats()}
 
-    async def send_receipts(self, used: Sequence[RolloutGroup]) -> int:
+    async def send_receipts(self, used: Sequence[Candidate]) -> int:
         """Tell each origin which of its groups this node trained on this round (display only)."""
         return await self.receipts.send(used)
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from engine.node.peer_groups import make_pool
-from engine.sapo.records import RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, CandidateKey, RolloutGroup
 from engine.swarm.config import PoolConfig, ProtocolLimits
 from engine.swarm.errors import ProtocolError
 from engine.swarm.identity import Identity
@@ -108,9 +108,9 @@ class InMemorySwarm:
             pooled += decision.status == "pooled"
         return pooled
 
-    def candidates(self, receiver: int) -> list[VerifiedGroup]:
+    def candidates(self, receiver: int) -> list[Candidate]:
         """Verified, non-expired peers' groups in `receiver`'s pool."""
         return self.pools[receiver].candidates()
 
-    def mark_used(self, receiver: int, groups: Sequence[VerifiedGroup]) -> None:
-        self.pools[receiver].mark_used(groups)
+    def mark_used(self, receiver: int, keys: Sequence[CandidateKey]) -> None:
+        self.pools[receiver].mark_used(keys)

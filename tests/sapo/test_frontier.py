@@ -15,7 +15,7 @@ from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
 from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.step import PoolExchange, step
 from engine.sapo.trainer import Trainer
@@ -36,9 +36,9 @@ def _group(index: int, answers: tuple[str, ...], origin: str = "peerA", specialt
     return RolloutGroup(q.ref, "0" * 64 if forge else q.hash, texts, Provenance(origin, "seed", 1, 1, time.time()))
 
 
-def _verified(index: int, rewards: tuple[float, ...], origin: str) -> VerifiedGroup:
+def _verified(index: int, rewards: tuple[float, ...], origin: str) -> Candidate:
     group = _group(index, tuple(RIGHT if r else WRONG for r in rewards), origin)
-    return VerifiedGroup(group.with_rewards(rewards), regenerate(group.ref))
+    return Candidate.of(VerifiedGroup(group.with_rewards(rewards), regenerate(group.ref)))
 
 
 def test_picks_mixed_questions_one_per_origin_and_not_asked_lately() -> None:

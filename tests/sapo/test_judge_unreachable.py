@@ -11,7 +11,7 @@ from test_trainer import CFG, odd_length_reward
 
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.node import private_judge_seed
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
 from engine.store import Store
@@ -39,8 +39,8 @@ def test_a_judge_text_trained_on_leaves_the_eval(model_dir: Path, tmp_path: Path
     q = judge[0]
     mixed = RolloutGroup(q.ref, q.hash, ("a", "bb", "ccc", "dddd"), Provenance("peerA", "seed", 0, 1, 0.0)
                          ).with_rewards((1.0, 0.0, 1.0, 0.0))
-    result = trainer.run_round([VerifiedGroup(mixed, q)])
-    assert [v.question.hash for v in result.used_external] == [q.hash], result.dropped_external
+    result = trainer.run_round([Candidate.of(VerifiedGroup(mixed, q))])
+    assert [c.question.hash for c in result.used_external] == [q.hash], result.verdicts
     assert trainer.judge_seen == {q.hash}
     report = trainer.evaluate_heldout(record=False)
     assert report.skipped_seen == 1 and report.overall.n_questions == len(judge) - 1

@@ -10,7 +10,7 @@ import pytest
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import (
     RepeatedTextConfig,
     RepeatedTextGuard,
@@ -113,12 +113,12 @@ def test_the_trainer_drops_the_backdoor_and_keeps_the_honest_peer(tmp_path: Path
     trainer = Trainer(model, tok, cfg, preset("rl"), None, None, 7)
     qs = _questions(6)
     # Seen on too few questions to tell a trigger from a question's wording: they wait, unused.
-    first = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:2]])
+    first = trainer.run_round([Candidate.of(VerifiedGroup(_backdoor(q), q)) for q in qs[:2]])
     assert first.used_external == () and first.metrics["external_pending"] == 2
     assert first.metrics["external_repeated_text"] == 0
-    later = trainer.run_round([VerifiedGroup(_backdoor(q), q) for q in qs[:]]
-                              + [VerifiedGroup(_honest(q), q) for q in qs[2:5]])
-    assert {v.group.provenance.origin_peer for v in later.used_external} == {"honest"}
+    later = trainer.run_round([Candidate.of(VerifiedGroup(_backdoor(q), q)) for q in qs[:]]
+                              + [Candidate.of(VerifiedGroup(_honest(q), q)) for q in qs[2:5]])
+    assert {c.origin for c in later.used_external} == {"honest"}
     assert len(later.used_external) == 3  # the backdoor's groups took none of the J = 8 slots
-    assert sum(why == DROP_REPEATED_TEXT for _, why in later.dropped_external) == 6
+    assert sum(v.reason == DROP_REPEATED_TEXT for v in later.skipped()) == 6
     assert later.metrics["external_repeated_text"] == 24 and later.metrics["external_pending"] == 0

@@ -12,9 +12,9 @@ import pytest
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
-from engine.sapo.reputation import Reputation, ReputationConfig, ReputationSampler
-from engine.sapo.sampler import make_sampler
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup, content_key
+from engine.sapo.reputation import Reputation, ReputationConfig
+from engine.sapo.sampler import Drawable, ReputationSampler, make_sampler
 from engine.sapo.trainer import Trainer
 from engine.tasks import library
 from engine.tasks.library import preset
@@ -62,16 +62,17 @@ def test_the_sampler_draws_in_proportion_to_weight_without_repeats() -> None:
         rep.record("good", flagged=False)
         rep.record("bad", flagged=True)
     sampler = ReputationSampler(rep)
-    candidates = [_group("good", 0), _group("bad", 1)]
+    candidates = [Drawable(content_key(g), g) for g in (_group("good", 0), _group("bad", 1))]
     rng = random.Random(3)
-    firsts = Counter(sampler.draw(candidates, 1, rng)[0].provenance.origin_peer for _ in range(4000))
+    firsts = Counter(sampler.draw(candidates, 1, rng)[0].origin for _ in range(4000))
     share = firsts["bad"] / 4000
     assert 0.02 < share < 0.08  # ~ 0.05 / 1.05
     both = sampler.draw(candidates, 5, rng)
-    assert len(both) == 2 and {g.provenance.origin_peer for g in both} == {"good", "bad"}
+    assert len(both) == 2 and {d.origin for d in both} == {"good", "bad"}
     assert sampler.draw(candidates, 1, random.Random(1)) == sampler.draw(candidates, 1, random.Random(1))
     assert sampler.draw([], 3, rng) == [] and sampler.draw(candidates, 0, rng) == []
-    assert make_sampler("reputation").name == "reputation"
+    made = make_sampler("reputation", rep)  # the trainer's record, handed in when the sampler is made
+    assert made.name == "reputation" and isinstance(made, ReputationSampler) and made.reputation is rep
 
 
 @pytest.mark.parametrize("bad", [{"half_life": 0.0}, {"floor": 0.0}, {"prior": float("inf")}, {"floor": True}])
@@ -102,8 +103,8 @@ def _honest_groups_used(model_dir: Path, sampler: str, rounds: int) -> tuple[int
     for r in range(rounds):
         qs = [library.regenerate(preset("rl").ref("basic_arithmetic", 1000, 10 * r + k)) for k in range(4)]
         groups = [_backdoor(qs[0]), _backdoor(qs[1]), _honest(qs[2]), _honest(qs[3])]
-        result = trainer.run_round([VerifiedGroup(g, q) for g, q in zip(groups, qs)])
-        used += sum(v.group.provenance.origin_peer == "honest" for v in result.used_external)
+        result = trainer.run_round([Candidate.of(VerifiedGroup(g, q)) for g, q in zip(groups, qs)])
+        used += sum(c.origin == "honest" for c in result.used_external)
     return used, trainer
 
 

@@ -47,7 +47,7 @@ def test_the_step_draws_from_the_exchange_and_hands_it_the_round(model_dir: Path
     result = step(trainer, exchange)
     assert exchange.offered == 3
     assert list(result.local_groups) == published and len(published) == CFG.num_local
-    assert 0 < len(result.used_external) <= CFG.num_external, result.dropped_external
+    assert 0 < len(result.used_external) <= CFG.num_external, result.verdicts
     for used in result.used_external:  # marked in the pool: max_uses = 1 takes them out of the next draw
         assert used not in pool.candidates()
 

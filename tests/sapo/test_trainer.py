@@ -19,9 +19,10 @@ from engine.events import EvalCompleted, Event, RoundCompleted, WorkProgress
 from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.sapo.config import SapoConfig
-from engine.sapo.records import Provenance, RolloutGroup, VerifiedGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
+from engine.sapo.verdicts import Verdict
 from engine.store import Store
 from engine.tasks.library import preset, regenerate
 
@@ -99,10 +100,12 @@ def test_round_result_external_groups_and_events(model_dir: Path, tmp_path: Path
             VerifiedGroup(bad, q)
     other = RolloutGroup(q.ref, q.hash, ("e", "ff", "g", "hh"), Provenance("peerB", "smollm2-135m", 3, 9, 0.0)
                          ).with_rewards((1.0, 0.0, 1.0, 0.0))  # a right and a wrong answer, by another model
-    second = trainer.run_round([VerifiedGroup(mixed, q), VerifiedGroup(flat, q), VerifiedGroup(other, q)])
-    assert second.used_external == (VerifiedGroup(mixed, q),)
-    assert sorted((g.completions, why) for g, why in second.dropped_external) == [
-        (other.completions, "other_model"), (flat.completions, "zero_advantage")]
+    offered = [Candidate.of(VerifiedGroup(g, q)) for g in (mixed, flat, other)]
+    second = trainer.run_round(offered)
+    assert second.used_external == (offered[0],)
+    # One verdict per candidate, by its key: the mixed one used, the others skipped with why.
+    assert second.verdicts == (Verdict(offered[0].key, "used"), Verdict(offered[2].key, "skipped", "other_model"),
+                               Verdict(offered[1].key, "skipped", "zero_advantage"))
     assert second.eval is not None and second.eval.k == 2
     progress = [(e.phase, e.round) for e in events if isinstance(e, WorkProgress)]
     baseline = progress.index(("generating", 1))  # the model's first round here began with a baseline eval
@@ -132,9 +135,10 @@ def test_an_external_completion_is_scored_on_the_text_it_is_trained_on(model_dir
     padded = RolloutGroup(q.ref, q.hash, ("n", " " * 500 + "7", " " * 500 + "7", "n"), prov).with_rewards(
         (0.0, 1.0, 1.0, 0.0))  # what the pool's scoring of the full text gave
     honest = RolloutGroup(q.ref, q.hash, ("7", "n", "7", "n"), prov).with_rewards((1.0, 0.0, 1.0, 0.0))
-    result = trainer.run_round([VerifiedGroup(padded, q), VerifiedGroup(honest, q)])
-    assert result.used_external == (VerifiedGroup(honest, q),)
-    assert [(g.completions, why) for g, why in result.dropped_external] == [(padded.completions, "cut_no_signal")]
+    offered = [Candidate.of(VerifiedGroup(g, q)) for g in (padded, honest)]
+    result = trainer.run_round(offered)
+    assert result.used_external == (offered[1],)
+    assert [(v.key, v.reason) for v in result.skipped()] == [(offered[0].key, "cut_no_signal")]
 
 
 def test_another_models_answers_are_trained_on_only_when_the_config_allows(model_dir: Path, tmp_path: Path) -> None:
@@ -142,7 +146,8 @@ def test_another_models_answers_are_trained_on_only_when_the_config_allows(model
     q = regenerate(preset("rl").ref("basic_arithmetic", 3, 1))
     other = RolloutGroup(q.ref, q.hash, ("7", "n", "7", "n"), Provenance("peerB", "smollm2-135m", 3, 9, 0.0)
                          ).with_rewards((1.0, 0.0, 1.0, 0.0))
-    for same_model, used in ((True, ()), (False, (VerifiedGroup(other, q),))):
+    candidate = Candidate.of(VerifiedGroup(other, q))
+    for same_model, used in ((True, ()), (False, (candidate,))):
         cfg = CFG.replace(num_external=1, external_same_model=same_model)
-        result = Trainer(model, tok, cfg, preset("rl"), None, None, 7).run_round([VerifiedGroup(other, q)])
+        result = Trainer(model, tok, cfg, preset("rl"), None, None, 7).run_round([candidate])
         assert result.used_external == used

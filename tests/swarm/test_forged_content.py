@@ -18,7 +18,7 @@ from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
 from engine.sapo.quarantine import MAX_WAITING, Quarantine
-from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.records import Candidate, Provenance, RolloutGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.trainer import Trainer
 from engine.swarm.config import PoolConfig
@@ -86,10 +86,11 @@ def victim(model_dir: Path, cfg: SapoConfig = CFG) -> Trainer:
     return Trainer(model, tok, cfg, library.preset("seed-easy"), None, None, seed=3)
 
 
-def verdicts(result: Any) -> dict[str, str]:
+def verdicts(result: Any, offered: list[Candidate]) -> dict[str, str]:
     """Each peer group's fate in a round, by its first completion: "used" or the trainer's reason."""
-    out = {v.group.completions[0]: "used" for v in result.used_external}
-    out.update((g.completions[0], why) for g, why in result.dropped_external)
+    by_key = {c.key: c for c in offered}
+    out = {c.group.completions[0]: "used" for c in result.used_external}
+    out.update((by_key[v.key].group.completions[0], v.reason) for v in result.skipped())
     return out
 
 
@@ -104,8 +105,9 @@ def test_special_token_text_is_never_trained(alice: Identity, bob: Identity, mod
                             smuggler.provenance)
     assert deliver(alice, bob, [honest, smuggled], pool) == ["pooled", "pooled"]  # valid text, scored mixed
     trainer = victim(model_dir)
-    result = trainer.run_round(pool.candidates())
-    assert verdicts(result) == {honest.completions[0]: "used", smuggled.completions[0]: "special_tokens"}
+    offered = pool.candidates()
+    result = trainer.run_round(offered)
+    assert verdicts(result, offered) == {honest.completions[0]: "used", smuggled.completions[0]: "special_tokens"}
     assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
 
 
@@ -137,7 +139,7 @@ def test_fabricating_identities_hold_at_most_their_share_of_a_round(
     result = trainer.run_round(pool.candidates())
     assert not any(lg.has_signal for lg in result.local_groups)  # own groups flat, as meant
     assert len(result.used_external) == identities  # they were trained on: bounded, not refused
-    shares = result.extra["peer_loss_share"]
+    shares = result.peer_loss_share
     assert set(shares) == {a.peer_id for a in attackers}
     assert max(shares.values()) <= 1 / 4 + 1e-9
     assert sum(shares.values()) <= identities / 4 + 1e-9
@@ -162,7 +164,7 @@ def test_identities_sending_one_question_train_it_once_a_round(bob: Identity, mo
     result = victim(model_dir, CFG.replace(num_external=3)).run_round(pool.candidates())  # room for all three
     used = sorted(v.group.question_hash for v in result.used_external)
     assert used == sorted({honest.question_hash, same_question(sybils)[0][0].question_hash})
-    assert [why for _, why in result.dropped_external] == ["same_question"]
+    assert [v.reason for v in result.skipped()] == ["same_question"]
 
 
 def test_a_question_is_trained_from_peers_at_most_max_question_uses_times(bob: Identity) -> None:
@@ -172,9 +174,9 @@ def test_a_question_is_trained_from_peers_at_most_max_question_uses_times(bob: I
     for sender, sent in zip(crowd[:3], groups[:3]):
         assert deliver(sender, bob, sent, pool) == ["pooled"]
     first, second, _third = pool.candidates()
-    pool.mark_used([first])
+    pool.mark_used([first.key])
     assert len(pool.candidates()) == 2
-    pool.mark_used([second])  # the question's second use: the crowd's other groups on it leave
+    pool.mark_used([second.key])  # the question's second use: the crowd's other groups on it leave
     assert pool.candidates() == []
     assert pool.stats()["dropped"] == {"question_used_up": 1}
     assert deliver(crowd[3], bob, groups[3], pool) == ["question_used_up"]
@@ -223,8 +225,9 @@ def test_a_group_of_templated_copies_is_refused_and_sampled_answers_pass(alice: 
     forged = templated(alice.peer_id, 62)
     assert deliver(alice, bob, [honest, forged], pool) == ["pooled", "pooled"]  # valid, scored mixed
     trainer = victim(model_dir, cfg)
-    result = trainer.run_round(pool.candidates())
-    assert verdicts(result) == {honest.completions[0]: "used", forged.completions[0]: "copied_answers"}
+    offered = pool.candidates()
+    result = trainer.run_round(offered)
+    assert verdicts(result, offered) == {honest.completions[0]: "used", forged.completions[0]: "copied_answers"}
     assert trainer.reputation.snapshot()[alice.peer_id]["flagged"] > 0
     assert result.metrics["copy_share_bound"] == 0.5
 

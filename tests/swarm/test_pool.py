@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 from swarm_helpers import library_rescore, make_group, real_groups, stub_rescore
 
-from engine.sapo.records import Provenance
+from engine.sapo.records import Candidate, Provenance, content_key
 from engine.swarm.config import PoolConfig
 from engine.swarm.identity import Identity
 from engine.swarm.pool import PoolDecision, RolloutPool
@@ -29,15 +29,31 @@ PEER_B = Identity.generate().peer_id
 
 
 def test_real_groups_are_rescored_locally() -> None:
-    pool = RolloutPool(PoolConfig(), library_rescore)
+    pool = RolloutPool(PoolConfig(), library_rescore, clock=lambda: 1234.0)
     [group] = real_groups(PEER_A, 1)
     forged_rewards = group.with_rewards((0.0, 1.0, 1.0))  # a peer's rewards are never believed
-    decision = pool.offer(forged_rewards, "amber-otter")
+    decision = pool.offer(forged_rewards, "amber-otter", source="192.0.2.4")
     assert decision.status == "pooled"
     assert decision.group.rewards == (1.0, 0.0, 0.0)
-    [verified] = pool.candidates()  # the record the trainer gets: the group as offered, verified once
-    assert verified.group == decision.group and verified.question.hash == group.question_hash
-    assert decision.question is verified.question
+    [candidate] = pool.candidates()  # the record the trainer gets: the group as offered, verified once
+    assert isinstance(candidate, Candidate) and candidate.group == decision.group
+    assert candidate.question.hash == group.question_hash and decision.question is candidate.question
+    # Its identity, fixed on arrival: the content key (rewards and signer are not the content), the
+    # signer, the link's address, the pool's clock.
+    assert (candidate.key, candidate.origin, candidate.source, candidate.received_at) == (
+        content_key(group), PEER_A, "192.0.2.4", 1234.0)
+
+
+def test_a_gate_that_verifies_other_content_is_a_rescore_error() -> None:
+    """The pool keeps exactly what was offered: a verified group that does not fit it is refused."""
+    [group, other] = real_groups(PEER_A, 2)
+
+    pool = RolloutPool(PoolConfig(), lambda offered: library_rescore(other))  # always verifies `other`
+    assert pool.offer(group).reason == "rescore_error: not verified"  # another question
+    shorter = replace(other, completions=other.completions[:2])
+    assert pool.offer(shorter).reason == "rescore_error: not verified"  # not one reward per completion
+    assert pool.offer(other).status == "pooled"
+    assert [c.group.completions for c in pool.candidates()] == [other.completions]
 
 
 def test_forged_task_reference_is_dropped() -> None:
@@ -135,10 +151,10 @@ def test_mark_used_and_stats_per_peer() -> None:
     for group in groups:
         pool.offer(group, "amber-otter")
     pool.offer(replace(groups[0], question_hash="f" * 64), "amber-otter")
-    scored = pool.candidates()
-    pool.mark_used(scored[:2])
+    keys = [c.key for c in pool.candidates()]
+    pool.mark_used(keys[:2])
     assert len(pool.candidates()) == 3
-    pool.mark_used(scored[:1])
+    pool.mark_used(keys[:1])
     assert len(pool.candidates()) == 2
     stats = pool.stats()
     assert (stats["received"], stats["pooled"], stats["used"]) == (4, 3, 3)
@@ -171,7 +187,7 @@ def test_concurrent_offers_and_reads() -> None:
         deadline = time.time() + 0.5
         while time.time() < deadline:
             try:
-                pool.mark_used(pool.candidates()[:3])
+                pool.mark_used(c.key for c in pool.candidates()[:3])
                 pool.stats()
             except (RuntimeError, KeyError, ValueError, IndexError) as exc:  # a race would show here
                 errors.append(exc)

@@ -10,8 +10,9 @@ import types
 from pathlib import Path
 
 import pytest
-from swarm_helpers import make_group
+from swarm_helpers import make_group, stub_rescore
 
+from engine.sapo.records import Candidate, RolloutGroup
 from engine.swarm import protocol as p
 from engine.swarm.config import ProtocolLimits
 from engine.swarm.errors import ProtocolError
@@ -23,6 +24,11 @@ from engine.swarm.receipts import ReceiptBook, ReceiptConfig, receipt_body, rece
 from engine.swarm.wire import Hello
 
 ME, ALICE, BOB = (Identity.generate().peer_id for _ in range(3))
+
+
+def used(group: RolloutGroup) -> Candidate:
+    """A peer's group as the receiving pool holds it: verified here (its rewards, or none right)."""
+    return Candidate.of(stub_rescore(lambda g: g.rewards or (0.0,) * len(g.completions))(group))
 
 
 class Clock:
@@ -108,7 +114,7 @@ def test_a_courier_marks_the_groups_whose_rewards_here_were_mixed() -> None:
     sent: list[bytes] = []  # the link's outgoing frames (the courier only calls send on a link)
     link = types.SimpleNamespace(send=sent.append)
     courier = ReceiptCourier(theirs.protocol, ReceiptConfig(), lambda peer: link, None, None)  # type: ignore[arg-type]
-    assert asyncio.run(courier.send([mixed, flat])) == 1
+    assert asyncio.run(courier.send([used(mixed), used(flat)])) == 1
     (event,) = mine.receive(sent[0])
     assert isinstance(event, p.ReceiptReceived)
     assert event.keys == (content_key(mixed), content_key(flat)) and event.gradient == (content_key(mixed),)
@@ -179,7 +185,7 @@ def test_receipts_through_the_board_reach_only_their_origin(nats_url, tmp_path: 
         try:
             group = make_group(origin.peer_id, 3)
             a_courier.published([group])
-            assert await b_courier.send([group, make_group(origin.peer_id, 4)]) == 1  # one receipt per origin
+            assert await b_courier.send([used(group), used(make_group(origin.peer_id, 4))]) == 1  # one per origin
             for _ in range(50):
                 if a_courier.stats()["uses"]:
                     break

@@ -102,5 +102,5 @@ def test_pooled_groups_enter_the_trainers_update_and_leave_the_pool(tmp_path: Pa
     assert all(len(set(v.group.rewards or ())) > 1 for v in result.used_external)
     assert result.metrics["rows_trained"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    swarm.mark_used(1, result.used_external)
+    swarm.mark_used(1, [c.key for c in result.used_external])
     assert len(swarm.candidates(1)) == 1  # only the unused zero-advantage group is left
