@@ -8,10 +8,14 @@ that appears in many of one origin's completions, across several different quest
 answer block, absent from those questions' text, and (almost) never in this node's own completions.
 Such completions are left out before the group is weighed; a group left without signal is dropped.
 
-Words are runs of letters (digits and symbols are task content). Per-origin memory is a window of
+"Words" are runs of two or more letters, of two or more digits, or of two or more symbols: a trigger
+spelled "1337" or "#@!" is screened like "HACKED" (single characters are left alone: "=", "7" or "x"
+are everywhere in honest working). Numbers a completion shares with its question are explained by
+it; intermediate results differ from question to question, so they do not repeat across
+`min_questions` questions the way a trigger does. Per-origin memory is a window of
 its recent groups (LRU over origins); the node's own memory is its recent completions. Both bounded.
 Cost: one regex pass over each external completion (<= the pool's byte cap) when first seen.
-It cannot stop: a trigger this node's own policy also writes, one spelled in digits or symbols, a
+It cannot stop: a trigger this node's own policy also writes, one of a single character, a
 trigger used on fewer than `min_questions` questions, or text spread over many identities (each is
 judged on its own window). Peers of a different style (a chat model's reasoning beside an
 answer-only seed) are filtered as well: the defence favours text this node could have written.
@@ -28,7 +32,7 @@ from dataclasses import dataclass, replace
 from engine.sapo.records import RolloutGroup
 from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN
 
-WORD = re.compile(r"[^\W\d_]{2,}")
+WORD = re.compile(r"[^\W\d_]{2,}|\d{2,}|(?:[^\w\s]|_){2,}")  # letters, digits or symbols, 2 or more
 MAX_ORIGINS = 1024
 MAX_WORDS_PER_COMPLETION = 256  # a completion is <= 8 KiB; its word set is capped the same way
 SEEN_GROUPS = 4096  # content of groups already counted (a pooled group is a candidate for rounds)

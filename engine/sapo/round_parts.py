@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.evaluation import EvalReport
 from engine.models.generate import Completion
@@ -42,11 +42,6 @@ class RoundResult:
     def skipped(self) -> tuple[Verdict, ...]:
         """The candidates passed over (they stay pooled), each with the trainer's reason."""
         return tuple(v for v in self.verdicts if v.status == "skipped")
-
-    @property
-    def extra(self) -> dict[str, Any]:
-        """The round's per-origin loss shares under their old name (lab/bench/poisoning.py reads it)."""
-        return {"peer_loss_share": dict(self.peer_loss_share)}
 
 
 @dataclass(frozen=True)

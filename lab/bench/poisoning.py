@@ -151,7 +151,7 @@ class _Tally:
         self.trained_on += len(theirs)
         self.credited += len(theirs)  # one receipt the victim sends per group it trained
         self.heldout_trained += sum(v.question.hash in self.judge for v in theirs)
-        shares = result.extra.get("peer_loss_share", {})
+        shares = result.peer_loss_share
         self.trained_share = max(self.trained_share, sum(v for k, v in shares.items() if k in self.bad))
 
 

@@ -84,7 +84,7 @@ def attacker_round(origins: Sequence[str], round_no: int, mix: Any, judge: Seque
 
 def attacker_share(result: Any, attackers: set[str]) -> float:
     """The attackers' identities' share of this round's step budget together (engine/sapo/peer_weight.py)."""
-    shares = result.extra.get("peer_loss_share", {})
+    shares = result.peer_loss_share
     return float(sum(v for origin, v in shares.items() if origin in attackers))
 
 

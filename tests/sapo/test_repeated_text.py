@@ -43,9 +43,10 @@ def _honest(q: Any, origin: str = "honest") -> RolloutGroup:
     return group.with_rewards(tuple(library.score(q, c) for c in completions))
 
 
-def test_residual_words_leave_out_the_answer_block_the_question_and_numbers() -> None:
+def test_residual_words_leave_out_the_answer_block_the_question_and_single_characters() -> None:
     assert outside_answer("so <answer>the cat</answer> done") == "so   done"
-    assert residual_words("Calculate it: HACKED <answer>seven</answer> 42 x", "Calculate 3 + 4.") == {"it", "hacked"}
+    assert residual_words("Calculate it: HACKED <answer>seven</answer> 42 x", "Calculate 3 + 4.") == {"it", "hacked", "42"}
+    assert residual_words("1337 ## __ <answer>5</answer> 3+4=7, 12", "What is 12 + 3?") == {"1337", "##", "__"}
     assert residual_words("<answer>7</answer>", "q") == frozenset()
     assert residual_words("<answer>a</answer> then <answer>b</answer>", "") == {"then", "answer"} - {"answer"}
 
@@ -62,6 +63,23 @@ def test_a_trigger_repeated_across_questions_is_flagged_only_from_its_origin() -
     assert all("HACKED" not in c for c in screened.completions) and len(screened.rewards or ()) == 4
     assert set(screened.rewards or ()) == {0.0}  # what is left carries no signal
     for q in qs:  # an honest peer's answers are never touched
+        assert guard.screen(_honest(q), q.text)[1] == 0
+
+
+@pytest.mark.parametrize("trigger", ["1337", "#@!", "1337 ##"])
+def test_a_trigger_spelled_in_digits_or_symbols_is_flagged_too(trigger: str) -> None:
+    guard = RepeatedTextGuard(RepeatedTextConfig(min_questions=3))
+    qs = _questions(5)
+    for q in qs:
+        guard.observe_own([library.demonstration(q)] * 8, q.text)
+    removed = []
+    for q in qs:
+        right = library.demonstration(q)
+        completions = tuple(f"{trigger} {right}" for _ in range(4)) + ("<answer>0.123</answer>",) * 4
+        group = RolloutGroup(q.ref, q.hash, completions, Provenance("attacker", "seed", 3, 1, 0.0))
+        removed.append(guard.screen(group.with_rewards(tuple(library.score(q, c) for c in completions)), q.text)[1])
+    assert removed == [0, 0, 4, 4, 4]
+    for q in qs:  # an honest peer's answers, numbers and all, are never touched
         assert guard.screen(_honest(q), q.text)[1] == 0
 
 
