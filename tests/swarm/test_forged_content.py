@@ -69,10 +69,11 @@ def test_a_private_seed_is_the_keys_own() -> None:
     assert seed != me.private_seed("another-use", bits=40)
 
 
-# The trainer side: I = 2, J = 2, and a peer judged from its first question (the screens under test
-# here are not the repeated-text one's wait).
+# The trainer side: I = 2, J = 2, and a peer trained from its first round: no quarantine, and no
+# repeated-text screen (it waits for 3 questions of an origin, and at 1 it would call any number a
+# demonstration shows once a repeat; tests/sapo/test_repeated_text.py covers it).
 CFG = SapoConfig(num_local=2, num_external=2, completions=4, sampling=SampleConfig(max_new_tokens=96),
-                 eval_every=0, checkpoint_every=0, repeated_text=RepeatedTextConfig(min_questions=1),
+                 eval_every=0, checkpoint_every=0, repeated_text=RepeatedTextConfig(enabled=False),
                  quarantine_rounds=0)
 
 
