@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine.sapo.records import Candidate
+from engine.sapo.reputation import Reputation, ReputationConfig
 from engine.sapo.sampler import has_signal
 
 SOURCES = ("own_pick", "suggested", "peer_text")  # where a trained-on group came from
@@ -44,28 +46,60 @@ class RecentQuestions:
 
 
 def pick_suggestions(candidates: Sequence[Candidate], n: int, per_origin: int, rng: random.Random,
-                     recent: RecentQuestions) -> list[Candidate]:
+                     recent: RecentQuestions, weight: Callable[[str], float] | None = None) -> list[Candidate]:
     """Up to `n` candidates whose locally re-scored rewards are mixed, at most `per_origin` from one
-    origin and one per question, none of a question asked here lately; drawn uniformly. n = 0 draws
+    origin and as many from one network address (identities are free, addresses are not), one per
+    question, none of a question asked here lately. Drawn without replacement with probability
+    proportional to `weight(origin)` (None: uniformly), by Efraimidis-Spirakis keys u^(1/w). n = 0 draws
     nothing from `rng` (a node that takes no suggestions keeps its exact random path)."""
     if n <= 0 or not candidates:
         return []
     mixed = [v for v, signal in zip(candidates, has_signal([v.group for v in candidates])) if signal]
     eligible = [v for v in mixed if v.group.question_hash not in recent]
-    rng.shuffle(eligible)
+    if weight is None:
+        rng.shuffle(eligible)
+    else:
+        keys = [rng.random() ** (1.0 / max(weight(v.origin), 1e-9)) for v in eligible]
+        eligible = [v for _, v in sorted(zip(keys, eligible), key=lambda kv: -kv[0])]
     picked: list[Candidate] = []
     per: dict[str, int] = {}
     questions: set[str] = set()
     for v in eligible:
-        origin = v.origin
-        if per.get(origin, 0) >= per_origin or v.group.question_hash in questions:
+        links = (v.origin, f"address:{v.source}") if v.source else (v.origin,)
+        if any(per.get(link, 0) >= per_origin for link in links) or v.group.question_hash in questions:
             continue
         picked.append(v)
-        per[origin] = per.get(origin, 0) + 1
+        for link in links:
+            per[link] = per.get(link, 0) + 1
         questions.add(v.group.question_hash)
         if len(picked) >= n:
             break
     return picked
+
+
+class Suggestions:
+    """Peers' frontier questions for this node's own rounds: which to take (weighted by what each
+    origin's suggestions yielded here: a question that came back mixed trained, one that came back flat
+    cost a generation for nothing), and what each origin's did yield. Kept in checkpoints."""
+
+    def __init__(self, cfg: ReputationConfig) -> None:
+        self.recent = RecentQuestions()  # asked here lately: not worth a peer's suggestion
+        self.yields = Reputation(cfg)  # per origin: its suggestions that came back mixed here
+
+    def pick(self, candidates: Sequence[Candidate], n: int, per_origin: int, rng: random.Random) -> list[Candidate]:
+        return pick_suggestions(candidates, n, per_origin, rng, self.recent, self.yields.weight)
+
+    def asked(self, question_hash: str) -> None:
+        self.recent.add(question_hash)
+
+    def observe(self, origin: str, mixed: bool) -> None:
+        self.yields.record(origin, flagged=not mixed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.yields.state_dict()
+
+    def load_state(self, state: Any) -> None:
+        self.yields.load_state(state)
 
 
 def source_metrics(suggested: int, mixed: Sequence[bool], kept: Sequence[int], peer_text: int, *,

@@ -29,7 +29,7 @@ from engine.sapo.config import SapoConfig
 from engine.sapo.copies import CopyScreen
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook
-from engine.sapo.frontier import RecentQuestions, pick_suggestions
+from engine.sapo.frontier import Suggestions
 from engine.sapo.plan import RoundPlanner
 from engine.sapo.plausibility import PlausibilityFloor
 from engine.sapo.quarantine import Quarantine
@@ -82,7 +82,7 @@ class Trainer:
         # Each origin's record here; the reputation sampler draws J by it, any sampler keeps it current.
         self.reputation = Reputation(cfg.reputation)
         self.sampler = make_sampler(cfg.sampler, self.reputation)
-        self._recent_questions = RecentQuestions()  # asked here lately: not worth a peer's suggestion
+        self.suggestions = Suggestions(cfg.reputation)  # peers' questions: which to take, what they yielded
         self.sources = SourceChoice()  # what own picks and suggestions yielded here (cfg.adaptive_sources)
         self.replay = FrontierReplay()  # own recent frontier questions (cfg.num_replay)
         self.reputation_snapshot: dict[str, dict[str, float]] = {}  # a copy for other threads, per round
@@ -153,8 +153,8 @@ class Trainer:
         mix = self.curriculum.apply(self.mix)  # each laddered specialty at its current rung
         # Part of the I questions may be peers' frontier questions (regenerated and hash-checked by the
         # pool's gate), answered here on-policy; a group taken for its question is not also a text group.
-        suggested = pick_suggestions(external, self._suggestion_slots(len(external)), cfg.suggested_per_origin,
-                                     self.rng, self._recent_questions)
+        suggested = self.suggestions.pick(external, self._suggestion_slots(len(external)), cfg.suggested_per_origin,
+                                          self.rng)
         if suggested:
             taken = {c.key for c in suggested}
             external = [c for c in external if c.key not in taken]
@@ -186,9 +186,10 @@ class Trainer:
             shaped.append(LocalGroup(shape_rewards(group, weight), prompt, tuple(comps)))
             self._observe_own(k, asked, q, group)
             self.first_look.observe_own(group, q.text)
-            self._recent_questions.add(q.hash)
+            self.suggestions.asked(q.hash)
         for c, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
             self.reputation.record(c.origin, flagged=not has_signal([lg.group])[0])
+            self.suggestions.observe(c.origin, has_signal([lg.group])[0])
         return Scored(weight, local, shaped)
 
     def _observe_own(self, k: int, asked: Asked, question: Any, group: RolloutGroup) -> None:
@@ -369,7 +370,7 @@ class Trainer:
         """What the trainer learned beside the weights, by its name in a checkpoint (None: not in use)."""
         return {"curriculum": self.curriculum, "reputation": self.reputation, "quarantine": self.first_look.quarantine,
                 "copies": self.first_look.copies, "plausibility": self.plausibility, "adaptive_j": self.j_bandit,
-                "sources": self.sources, "replay": self.replay}
+                "sources": self.sources, "replay": self.replay, "suggestion_yield": self.suggestions}
 
     @classmethod
     def resume(cls, model: Any, tokenizer: Any, cfg: SapoConfig, mix: Any, store: Store | None,

@@ -4,6 +4,7 @@ never gets here, and what each source gave and cost, down to the store."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -14,9 +15,10 @@ from engine.models.generate import SampleConfig
 from engine.models.policy import build_tiny_policy, load_policy
 from engine.node.peer_groups import make_pool
 from engine.sapo.config import SapoConfig
-from engine.sapo.frontier import RecentQuestions, pick_suggestions, source_metrics
+from engine.sapo.frontier import RecentQuestions, Suggestions, pick_suggestions, source_metrics
 from engine.sapo.records import Candidate, Provenance, RolloutGroup, VerifiedGroup
 from engine.sapo.repeated_text import RepeatedTextConfig
+from engine.sapo.reputation import ReputationConfig
 from engine.sapo.step import PoolExchange, step
 from engine.sapo.trainer import Trainer
 from engine.store import Store
@@ -39,6 +41,27 @@ def _group(index: int, answers: tuple[str, ...], origin: str = "peerA", specialt
 def _verified(index: int, rewards: tuple[float, ...], origin: str) -> Candidate:
     group = _group(index, tuple(RIGHT if r else WRONG for r in rewards), origin)
     return Candidate.of(VerifiedGroup(group.with_rewards(rewards), regenerate(group.ref)))
+
+
+def test_suggestions_follow_what_each_origin_yielded_and_one_address_counts_as_one() -> None:
+    suggestions = Suggestions(ReputationConfig())
+    for _ in range(40):  # A's suggestions came back mixed here, B's flat
+        suggestions.observe("A", mixed=True)
+        suggestions.observe("B", mixed=False)
+    rng = random.Random(0)
+    firsts = [suggestions.pick([_verified(i, (1.0, 0.0), "B"), _verified(50 + i, (0.0, 1.0), "A")], 1, 1, rng)[0]
+              for i in range(200)]
+    share_a = sum(c.origin == "A" for c in firsts) / len(firsts)
+    assert share_a > 0.9  # weights ~0.98 vs 0.02: A's question first almost always, B's still sometimes
+    assert share_a < 1.0
+    # ten identities behind one address fill one slot, as one origin would
+    sybils = [dataclasses.replace(_verified(70 + k, (1.0, 0.0), f"s{k}"), source="192.0.2.9") for k in range(10)]
+    honest = dataclasses.replace(_verified(90, (0.0, 1.0), "H"), source="192.0.2.10")
+    picked = suggestions.pick(sybils + [honest], 4, 1, random.Random(1))
+    assert len(picked) == 2 and {c.source for c in picked} == {"192.0.2.9", "192.0.2.10"}
+    restored = Suggestions(ReputationConfig())  # kept in checkpoints
+    restored.load_state(suggestions.state_dict())
+    assert restored.yields.score("A") == suggestions.yields.score("A") > 0.9 > 0.1 > restored.yields.score("B")
 
 
 def test_picks_mixed_questions_one_per_origin_and_not_asked_lately() -> None:
