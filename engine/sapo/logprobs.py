@@ -199,9 +199,12 @@ def packed_token_logprobs(model: Any, batch: PackedBatch, temperature: float,
                           with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same result as `token_logprobs` on the unpacked rows -> (logp [B, C], entropy [B, C] or None)."""
     t = temperature if temperature > 0 else 1.0
+    # Only positions that predict a completion token are projected to the vocabulary: a prompt's
+    # positions are as many as its completions' and the projection is ~1/5 of a small model's work.
+    keep = torch.unique(batch.predict_pos)  # [K] sorted positions some row predicts from
     logits = model(input_ids=batch.input_ids, position_ids=batch.position_ids, attention_mask=batch.attention,
-                   use_cache=False).logits  # [S, T, V]
-    picked = logits[batch.row_seq[:, None], batch.predict_pos]  # [B, C, V]
+                   use_cache=False, logits_to_keep=keep).logits  # [S, K, V]
+    picked = logits[batch.row_seq[:, None], torch.searchsorted(keep, batch.predict_pos)]  # [B, C, V]
     logp_all = torch.log_softmax(picked.float() / t, dim=-1)  # [B, C, V]
     logp = torch.gather(logp_all, 2, batch.completion_ids[:, :, None]).squeeze(-1) * batch.completion_mask
     entropy = None
