@@ -92,10 +92,10 @@ def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> No
     by = {(a["setting"], a["name"]): a for a in saved["arms"]}
     assert set(by) == {("heterogeneous", "solo"), ("heterogeneous", "both"), ("heterogeneous", "replay"),
                        ("heterogeneous", "solo-long")}
-    # solo's curve: the long solo run trains 3.5x the rounds and is judged at each whole multiple too
+    # solo's curve: the long solo run trains 4.5x the rounds and is judged at each whole multiple too
     long_run = json.loads((tmp_path / "w" / "heterogeneous-solo-long-0.json").read_text())
-    assert long_run["rounds"] == 7 and [m["round"] for m in long_run["midway"]] == [2, 4, 6]
-    assert by[("heterogeneous", "solo-long")]["rounds"] == 7
+    assert long_run["rounds"] == 9 and [m["round"] for m in long_run["midway"]] == [2, 4, 6, 8]
+    assert by[("heterogeneous", "solo-long")]["rounds"] == 9
     assert saved["judge_questions"] == 6 and saved["judge"]["questions"] == 6  # disjoint by content
     assert by[("heterogeneous", "solo")]["delta_vs_solo_equal_cpu_per_seed"][0] is not None  # inside the curve
     for arm in (a for a in saved["arms"] if a["name"] != "solo-long"):
@@ -107,7 +107,7 @@ def test_swarm_learning_bench_runs_paired_arms_and_resumes(tmp_path: Path) -> No
         assert "delta_vs_solo_equal_cpu_mean" in arm
     for third in by[("heterogeneous", "solo-long")]["own_outcomes_by_third"][1:]:  # every own group has one outcome
         assert abs(sum(third) - 1.0) < 1e-9
-    last = by[("heterogeneous", "solo-long")]["own_groups_by_specialty_last_third"]  # rounds 5-7 of 7, 2 nodes, I = 2
+    last = by[("heterogeneous", "solo-long")]["own_groups_by_specialty_last_third"]  # rounds 7-9 of 9, 2 nodes, I = 2
     assert sum(c["groups"] for c in last.values()) == 2 * 2 * 3
     assert all(c["mixed"] + c["right"] + c["wrong"] == c["groups"] for c in last.values())
     assert by[("heterogeneous", "solo")]["delta_vs_solo_mean"] == 0.0
