@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from engine import tasks
@@ -116,26 +117,35 @@ class NodeSwarm:
         pool = self.pool
         return pool.take_copiers() if pool is not None else []
 
-    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[Candidate], fetch: int) -> None:
+    def after_round(self, own: Sequence[RolloutGroup], used: Sequence[Candidate]) -> None:
         """A round ended (the round step's exchange, on the trainer thread): mark and report the peers'
-        groups it used, tell their origins (receipts), publish its own groups (and fetch `fetch` of
-        others'), store the refusals since the last."""
-        service, pool, loop = self.service, self.pool, self._loop
+        groups it used, tell their origins (receipts), publish its own groups, store the refusals since
+        the last."""
+        pool = self.pool
         if pool is not None and used:
             pool.mark_used([c.key for c in used])
             for c in used:
                 self._emit(rollout_event(c.group, "used", question=c.question))
-        if service is not None and loop is not None and not loop.is_closed():
-            if used:  # display only: an origin sees that its work was used
-                asyncio.run_coroutine_threadsafe(service.send_receipts(list(used)), loop)
-            if own:
-                # The trainer marks its groups LOCAL_PEER; on the wire the origin is this node's signed id.
-                me = self.identity.peer_id
-                groups = [dataclasses.replace(g, provenance=dataclasses.replace(g.provenance, origin_peer=me))
-                          for g in own]
-                future = asyncio.run_coroutine_threadsafe(service.publish(groups, fetch=fetch), loop)
-                future.add_done_callback(self._log_publish_failure)
+        if used:  # display only: an origin sees that its work was used
+            self._on_loop(lambda service: service.send_receipts(list(used)))
+        if own:  # marked LOCAL_PEER by the trainer: the service signs them with this node's id
+            groups = list(own)
+            self._on_loop(lambda service: service.publish(groups), "publishing rollouts")
         self.store_refusals()
+
+    def fetch(self, j: int) -> None:
+        """Pull up to `j` peers' groups from the board for the next round (the round step, on the trainer
+        thread); a node with nothing of its own to share this round fetches too."""
+        self._on_loop(lambda service: service.fetch(j), "fetching rollouts")
+
+    def _on_loop(self, work: Callable[[Any], Coroutine[Any, Any, Any]], failure: str = "") -> None:
+        """Run `work(service)` on the swarm's loop, if it runs; a `failure` is logged as a warning."""
+        service, loop = self.service, self._loop
+        if service is None or loop is None or loop.is_closed():
+            return
+        future = asyncio.run_coroutine_threadsafe(work(service), loop)
+        if failure:
+            future.add_done_callback(functools.partial(self._log_failure, failure))
 
     def report_verdicts(self, verdicts: Sequence[Verdict]) -> None:
         """The round's verdicts on pooled groups it passed over reach the feed and the store like the
@@ -145,10 +155,10 @@ class NodeSwarm:
             if candidate is not None:
                 self._emit(rollout_event(candidate.group, "skipped", verdict.reason, candidate.question))
 
-    def _log_publish_failure(self, future: Any) -> None:
+    def _log_failure(self, what: str, future: Any) -> None:
         exc = future.exception()
         if exc is not None:
-            self._emit(LogRecord(level="warning", message=f"publishing rollouts failed: {exc}"))
+            self._emit(LogRecord(level="warning", message=f"{what} failed: {exc}"))
 
     def store_refusals(self) -> None:
         """What the swarm refused since the last round goes to the store (frames; groups are rows of

@@ -132,12 +132,11 @@ class SwarmService:
         return self._listen_url
 
     # --- API for the node ---------------------------------------------------------------------------
-    async def publish(self, groups: Sequence[RolloutGroup], fetch: int = 0) -> int:
+    async def publish(self, groups: Sequence[RolloutGroup]) -> int:
         """Sign groups and share them -> the number of links they went to (the board counts as one).
 
-        With a board: the frame is stored there under our key and goes to direct (LAN) links only, and
-        then `fetch` frames of others are fetched from the board into the pool. Without one: every open
-        link, bootstraps (relays) included. Groups must be this node's own: origin LOCAL_PEER (filled
+        With a board: the frame is stored there under our key and goes to direct (LAN) links only.
+        Without one: every open link, bootstraps (relays) included. Groups must be this node's own: origin LOCAL_PEER (filled
         in with our peer id) or our id; receivers refuse any group whose origin is not the signer.
         """
         if not groups:
@@ -164,10 +163,18 @@ class SwarmService:
         self.counters["frames_published"] += len(frames)
         self.counters["groups_published"] += len(groups)
         self.receipts.published(groups)
-        if fetch and self.board.connected:
-            for result in await self.board.fetch(fetch):
-                await self._received(result.groups)
         return len(links) + int(on_board)
+
+    async def fetch(self, j: int) -> int:
+        """Pull up to `j` of others' frames from the board into the pool -> the groups they held (0 without
+        a board: links push their frames as they come)."""
+        if j <= 0 or not self.board.connected:
+            return 0
+        groups = 0
+        for result in await self.board.fetch(j):
+            groups += len(result.groups)
+            await self._received(result.groups)
+        return groups
 
     def peers(self, include_disconnected: bool = False) -> list[PeerInfo]:
         """Peers reachable now (directly or through a bootstrap); all known ones if asked."""

@@ -43,8 +43,15 @@ def test_the_step_draws_from_the_exchange_and_hands_it_the_round(model_dir: Path
     for i in range(3):
         assert pool.offer(_peer_group(i, ("right", "wrong", "right", "wrong")), "peerA").status == "pooled"
     published: list[RolloutGroup] = []
-    exchange = PoolExchange(pool, published.extend)
+    fetched: list[int] = []
+
+    class Fetching(PoolExchange):
+        def fetch(self, j: int) -> None:
+            fetched.append(j)
+
+    exchange = Fetching(pool, published.extend)
     result = step(trainer, exchange)
+    assert fetched == [CFG.num_external + CFG.num_suggested]  # its own step, after the round
     assert exchange.offered == 3
     assert list(result.local_groups) == published and len(published) == CFG.num_local
     assert 0 < len(result.used_external) <= CFG.num_external, result.verdicts

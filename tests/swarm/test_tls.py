@@ -191,7 +191,8 @@ def test_nodes_join_over_wss_and_share_through_the_tls_board(pki: Pki, tls_board
             assert all(n.service.board.urls[0].startswith("tls://") for n in nodes)
             alice, bob = nodes
             assert await alice.service.publish(real_groups(alice.identity.peer_id, 2)) >= 1
-            await bob.service.publish(real_groups(bob.identity.peer_id, 1, seed=9), fetch=2)
+            await bob.service.publish(real_groups(bob.identity.peer_id, 1, seed=9))
+            await bob.service.fetch(2)
             await wait_for(lambda: bob.pool.stats()["received"] >= 2, 10, "alice's groups at bob")
             assert bob.service.board.counters["puts"] == 1 and alice.service.board.counters["put_errors"] == 0
         finally:
