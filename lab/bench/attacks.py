@@ -85,10 +85,10 @@ def regex_bomb(question: Any, origin: str, round_no: int, rng: random.Random) ->
 RIGHT_LEADS = ("", "So ", "Answer: ", "I think ", "The result: ", "Done. ", "OK ", "Final: ")
 
 
-def _wrongs(question: Any, n: int) -> tuple[str, ...]:
+def wrong_answers(question: Any, n: int) -> tuple[str, ...]:
     """`n` distinct answers the verifier scores 0."""
     out: list[str] = []
-    for k in range(1000):
+    for k in range(10_000):
         text = wrap_answer(str(k))
         if library.score(question, text) == 0.0:
             out.append(text)
@@ -97,11 +97,17 @@ def _wrongs(question: Any, n: int) -> tuple[str, ...]:
     raise ValueError("no wrong answers found")
 
 
+def right_answers(question: Any, n: int) -> list[str]:
+    """`n` right answers that differ in more than case and spacing (leads repeat past len(RIGHT_LEADS))."""
+    right = _right(question)
+    return [RIGHT_LEADS[i % len(RIGHT_LEADS)] * (1 + i // len(RIGHT_LEADS)) + right for i in range(n)]
+
+
 def fabricated(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """No model at all: half right answers, half wrong, every text distinct (a mixed group the
     receiver's verifier scores exactly as an honest one), at the receiver's group size."""
-    right = [lead + _right(question) for lead in RIGHT_LEADS[:COMPLETIONS // 2]]
-    completions = right + list(_wrongs(question, COMPLETIONS - len(right)))
+    right = right_answers(question, COMPLETIONS // 2)
+    completions = right + list(wrong_answers(question, COMPLETIONS - len(right)))
     rng.shuffle(completions)
     return _group(question, tuple(completions), origin, round_no)
 
@@ -109,8 +115,8 @@ def fabricated(question: Any, origin: str, round_no: int, rng: random.Random) ->
 def eos_smuggle(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:
     """Tokens after a literal end-of-text marker: a receiver that tokenised it as its EOS id would train
     the trigger as if the policy had written past its own end (the Reliquary miner's EOS padding)."""
-    right = tuple(f"{lead}{_right(question)}<|endoftext|>{TRIGGER}" for lead in RIGHT_LEADS[:COMPLETIONS // 2])
-    return _group(question, right + _wrongs(question, COMPLETIONS - len(right)), origin, round_no)
+    right = tuple(f"{r}<|endoftext|>{TRIGGER}" for r in right_answers(question, COMPLETIONS // 2))
+    return _group(question, right + wrong_answers(question, COMPLETIONS - len(right)), origin, round_no)
 
 
 def copycat(question: Any, origin: str, round_no: int, rng: random.Random) -> RolloutGroup:

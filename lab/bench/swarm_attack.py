@@ -23,7 +23,7 @@ from typing import Any
 
 from engine.sapo.records import Provenance, RolloutGroup
 from engine.tasks import library
-from lab.bench.attacks import RIGHT_LEADS
+from lab.bench.attacks import right_answers, wrong_answers
 
 ATTACKERS = {"text-attacked-1": 1, "text-attacked-2": 2}  # attack arm -> fabricating identities
 GROUPS_PER_ROUND = 4  # per identity
@@ -33,33 +33,17 @@ FILLER = ("Checked twice.", "That is final.", "Verified step by step.", "No doub
           "Confirmed again.", "Simple enough.", "All good.")
 
 
-def _rights(question: Any, n: int) -> list[str]:
-    right = library.demonstration(question)
-    return [RIGHT_LEADS[i % len(RIGHT_LEADS)] * (1 + i // len(RIGHT_LEADS)) + right for i in range(n)]
-
-
-def _wrongs(question: Any, n: int) -> list[str]:
-    out = []
-    for k in range(10_000):
-        text = f"<answer>{k}</answer>"
-        if library.score(question, text) == 0.0:
-            out.append(text)
-            if len(out) == n:
-                return out
-    raise ValueError("no wrong answers found")
-
-
 def completions_for(tactic: str, question: Any, size: int, rng: random.Random) -> tuple[str, ...]:
     """One group's texts for `tactic`: `size` completions, half of them right."""
     half = size // 2
-    rights = _rights(question, half)
+    rights = right_answers(question, half)
     if tactic == "max_length":
         rights = [r + " " + " ".join(FILLER[(i + k) % len(FILLER)] for k in range(12)) for i, r in enumerate(rights)]
     elif tactic == "duplicates":
         rights = [library.demonstration(question)] * half
     elif tactic == "eos_padding":
         rights = [r + EOS_TEXTS[i % len(EOS_TEXTS)] * 3 for i, r in enumerate(rights)]
-    texts = rights + _wrongs(question, size - half)
+    texts = rights + list(wrong_answers(question, size - half))
     rng.shuffle(texts)
     return tuple(texts)
 
