@@ -16,33 +16,42 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import torch
+
+from engine.evaluation import evaluate
+from engine.models.backends import load_for_node
+from engine.models.policy import load_policy
+from engine.node.peer_groups import make_pool
+from engine.paths import SEED_MODEL_DIR
+from engine.sapo.config import SapoConfig, preset
+from engine.sapo.step import PoolExchange, step
+from engine.sapo.trainer import Trainer
+from engine.swarm.config import PoolConfig
+from engine.tasks.curriculum import entry_settings
+from engine.tasks.library import SpecialtySpec, TaskMix, heldout
+from engine.tasks.library import preset as mix_preset
 
 SOLVED = 1.0 - 1e-6
 
 
 def judge_mix(specialties: list[str]) -> Any:
     """The curriculum's entry rung of each specialty: the judge set's settings."""
-    from engine.tasks.curriculum import entry_settings
-    from engine.tasks.library import SpecialtySpec, TaskMix
-
     return TaskMix("rung0", {s: SpecialtySpec(1.0, entry_settings(s)) for s in specialties})
 
 
 def train_mix(specialties: list[str]) -> Any:
-    from engine.tasks.library import SpecialtySpec, TaskMix, preset
-
-    rl = preset("rl")
+    rl = mix_preset("rl")
     return TaskMix("real", {s: rl.specialties.get(s, SpecialtySpec(1.0, {})) for s in specialties})
 
 
 def judge(trainer: Any, questions: list[Any], k: int, seeds: list[int]) -> dict[str, Any]:
     """pass@1, pass@k, format rate and accuracy among well-formatted answers, per sampling seed, then
     mean and sd over the seeds (the judge's own noise)."""
-    from engine.evaluation import evaluate
-
-    runs = []
+    runs: list[dict[str, Any]] = []
     for s in seeds:
         report = evaluate(trainer.model, trainer.tokenizer, questions, k=k, sample_cfg=trainer.eval_sample_config(),
                           prompt_style=trainer.cfg.prompt_style, seed=s, prompt=trainer.prompt,
@@ -64,11 +73,6 @@ def judge(trainer: Any, questions: list[Any], k: int, seeds: list[int]) -> dict[
 
 
 def _seed_peers(n: int, specialties: list[str], seed: int, cfg: Any) -> list[Any]:
-    from engine.models.policy import load_policy
-    from engine.paths import SEED_MODEL_DIR
-    from engine.sapo.config import preset
-    from engine.sapo.trainer import Trainer
-
     peers = []
     seed_cfg = preset("cpu-small").replace(num_local=cfg.num_local, num_external=cfg.num_external, beta=0.0,
                                            eval_every=0, checkpoint_every=0, external_same_model=False)
@@ -79,6 +83,20 @@ def _seed_peers(n: int, specialties: list[str], seed: int, cfg: Any) -> list[Any
     return peers
 
 
+def _real_node(arm: str, model: str, data_dir: str, specialties: list[str], seed: int,
+               overrides: dict[str, Any], external: int) -> tuple[Any, Any]:
+    """The real model as a node (llama.cpp on the CPU, the cpu-real recipe) -> (loaded model, trainer)."""
+    loaded = load_for_node(model, "llamacpp", "cpu", Path(data_dir))
+    cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
+        "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
+        "num_external": external if arm == "mixed" else 0, "eval_every": 0, "eval_every_s": 0.0,
+        "external_same_model": False}  # the mixed arm measures another model's answers in the loss
+        | overrides)  # the judge is ours
+    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, train_mix(specialties), None, None, seed=seed,
+                      model_id=loaded.model_id, generator=loaded.generator)
+    return loaded, trainer
+
+
 def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, specialties: list[str],
             judge_per_specialty: int, rl_per_specialty: int, eval_k: int, eval_seeds: list[int],
             seed: int, overrides: dict[str, Any], seed_peers: int, external: int,
@@ -86,28 +104,10 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
     """`before`: the judgement of the starting weights when another process made it (every arm starts
     from the same weights and is judged with the same questions and sampling seeds); rounds = 0
     judges only."""
-    import torch
-
-    from engine.models.backends import load_for_node
-    from engine.node.peer_groups import make_pool
-    from engine.sapo.config import SapoConfig, preset
-    from engine.sapo.step import PoolExchange, step
-    from engine.sapo.trainer import Trainer
-    from engine.swarm.config import PoolConfig
-    from engine.tasks.library import heldout
-    from engine.tasks.library import preset as mix_preset
-
     torch.set_num_threads(threads)  # after the imports: a module setting threads at import doubles them
     t_start = time.time()
-    loaded = load_for_node(model, "llamacpp", "cpu", Path(data_dir))
-    cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
-        "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
-        "num_external": external if arm == "mixed" else 0, "eval_every": 0, "eval_every_s": 0.0,
-        "external_same_model": False}  # the mixed arm measures another model's answers in the loss
-        | overrides)  # the judge is ours
-    mix = train_mix(specialties)
-    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, mix, None, None, seed=seed, model_id=loaded.model_id,
-                      generator=loaded.generator)
+    loaded, trainer = _real_node(arm, model, data_dir, specialties, seed, overrides, external)
+    cfg = trainer.cfg
     judge_q = heldout(judge_mix(specialties), judge_per_specialty, cfg.eval_seed)
     rl_q = heldout(mix_preset("rl"), rl_per_specialty, cfg.eval_seed)
     print(f"[{arm}] loaded {loaded.label} in {time.time() - t_start:.0f} s; judging {len(judge_q)} questions",
@@ -122,8 +122,25 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
           flush=True)
 
     peers = _seed_peers(seed_peers, specialties, seed, cfg) if arm == "mixed" else []
-    agents = [trainer, *peers]
-    pools = [make_pool(PoolConfig(), a.cfg.sampling.max_new_tokens, a.cfg.partial_credit, mix) for a in agents]
+    t_train = time.time()
+    history = _train(arm, [trainer, *peers], rounds)
+    train_minutes = (time.time() - t_train) / 60
+    after = {"judge": judge(trainer, judge_q, eval_k, eval_seeds), "rl": judge(trainer, rl_q, eval_k, eval_seeds[:1])}
+    print(f"[{arm}] after: pass@1 {after['judge']['pass_at_1']:.3f} format {after['judge']['format_rate']:.3f}",
+          flush=True)
+    loaded.generator.close()
+    return {"arm": arm, "model": loaded.model_id, "backend": loaded.label, "config": cfg.to_dict(),
+            "before": before, "after": after, "history": history, "rounds": rounds,
+            "train_minutes": train_minutes, "minutes": (time.time() - t_start) / 60,
+            "seed_peers": len(peers), "threads": threads}
+
+
+def _train(arm: str, agents: list[Any], rounds: int) -> list[dict[str, Any]]:
+    """`rounds` round steps of every agent, each agent's groups offered to every other's pool after the
+    round (a barrier) -> the first agent's (the real model's) history."""
+    trainer = agents[0]
+    pools = [make_pool(PoolConfig(), a.cfg.sampling.max_new_tokens, a.cfg.partial_credit, trainer.mix)
+             for a in agents]
     outbox: list[tuple[int, Any]] = []  # published this round, offered to the others after it (a barrier)
 
     def publisher(i: int) -> Any:
@@ -152,20 +169,10 @@ def run_arm(arm: str, model: str, data_dir: str, threads: int, rounds: int, spec
                   f"{statistics.fmean(h['format_rate'] for h in recent):.2f} mixed "
                   f"{statistics.fmean(h['mixed_fraction'] for h in recent):.2f} rungs {trainer.curriculum.rungs} "
                   f"({time.time() - t_train:.0f} s)", flush=True)
-    train_minutes = (time.time() - t_train) / 60
-    after = {"judge": judge(trainer, judge_q, eval_k, eval_seeds), "rl": judge(trainer, rl_q, eval_k, eval_seeds[:1])}
-    print(f"[{arm}] after: pass@1 {after['judge']['pass_at_1']:.3f} format {after['judge']['format_rate']:.3f}",
-          flush=True)
-    loaded.generator.close()
-    return {"arm": arm, "model": loaded.model_id, "backend": loaded.label, "config": cfg.to_dict(),
-            "before": before, "after": after, "history": history, "rounds": rounds,
-            "train_minutes": train_minutes, "minutes": (time.time() - t_start) / 60,
-            "seed_peers": len(peers), "threads": threads}
+    return history
 
 
 def _from(group: Any, origin: str) -> Any:
-    from dataclasses import replace
-
     return replace(group, provenance=replace(group.provenance, origin_peer=origin), rewards=None)
 
 
