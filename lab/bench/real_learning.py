@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,8 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.paths import REPO_ROOT
+from engine.models import catalog
+from engine.models.backends import convert_cached, dequantized_cached
+from engine.models.catalog import resolve_model_id
+from engine.models.llamacpp import LlamaCppConfig
+from engine.paths import REPO_ROOT, SEED_MODEL_DIR
 from lab import BENCH_DIR
+from lab.bench import save_results
 
 DESCRIPTION = "SmolLM2-135M learns on this CPU: held-out before/after, solo vs beside seed peers (long: ~90 min)"
 LONG = True
@@ -29,11 +35,6 @@ SPECIALTIES = ["basic_arithmetic", "base_conversion", "fraction_simplification",
 
 def _prepare(model: str, data_dir: Path) -> None:
     """Convert the GGUF once, before the arms start (they would race writing the same cache file)."""
-    from engine.models import catalog
-    from engine.models.backends import convert_cached, dequantized_cached, resolve_model_id
-    from engine.models.llamacpp import LlamaCppConfig
-    from engine.paths import SEED_MODEL_DIR
-
     converted = data_dir / "models" / "llamacpp" / "converted"
     if model == "seed":  # the smoke test's model: fully fine-tuned, f32 GGUF
         convert_cached(SEED_MODEL_DIR, converted, LlamaCppConfig().base_weights(lora=False))
@@ -104,8 +105,6 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1
 
 
 def write(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    from lab.bench import save_results
-
     return save_results(out_dir, "real_learning", result, table, plot)
 
 
@@ -153,8 +152,6 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float,
     }
     solos = {name: arm for name, arm in arms.items() if name == "solo" or name.startswith("solo@")}
     if len(solos) > 1:
-        import statistics
-
         rows = {name: {"before": arm["before"]["judge"]["pass_at_1"], "after": arm["after"]["judge"]["pass_at_1"],
                        "accuracy_formatted": arm["after"]["judge"]["accuracy_formatted"],
                        "format_rate": arm["after"]["judge"]["format_rate"],
@@ -189,8 +186,6 @@ def summarize(arms: dict[str, Any], specialties: list[str], wall_s: float,
 
 
 def _variant_effect(arms: dict[str, Any], pairs: list[tuple[str, str]], changes: dict[str, Any]) -> dict[str, Any]:
-    import statistics
-
     def after(arm: str, key: str) -> float:
         return float(arms[arm]["after"]["judge"][key])
 
@@ -239,45 +234,62 @@ def table(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {value:.4f} | {result['per_specialty']['after'][name]:.4f} |")
     mm = result.get("mixed_model")
     if mm:
-        lines += ["", (f"Beside {mm['seed_peers']} seed-model peers (same rounds, J = external groups from their "
-                       f"pool, {mm['external_used_per_round']:.2f} used per round): pass@1 {mm['pass_at_1']:.4f} "
-                       f"(Δ {mm['delta_pass_at_1']:+.4f} vs solo), format rate {mm['format_rate']:.4f} "
-                       f"(Δ {mm['delta_format_rate']:+.4f}), accuracy among formatted {mm['accuracy_formatted']:.4f} "
-                       f"(Δ {mm['delta_accuracy_formatted']:+.4f}); `rl` mix pass@1 {mm['rl_mix_after']:.4f}. "
-                       "One pair of runs: a difference within ~2 eval sd is not a finding."),
-                  (f"pass@{result['eval_k']} {mm['pass_at_k']:.4f} vs solo {mm['solo_pass_at_k']:.4f}; held-out questions "
-                   f"with mixed outcomes {mm['heldout_mixed_fraction']:.3f} vs solo {mm['solo_heldout_mixed_fraction']:.3f}; "
-                   f"own groups mixed in the last 20 rounds {mm['own_mixed_group_fraction']:.2f} vs solo "
-                   f"{result['mixed_group_fraction']:.2f}.")]
+        lines += _mixed_lines(result, mm)
     for variant, effect in (result.get("variant_effects") or {}).items():
-        lines += ["", f"This recipe vs `{variant}` (the same with {effect['changes']}), paired by training seed:", "",
-                  "| pair | pass@1 | accuracy among formatted | format rate | mixed groups, last 20 |",
-                  "|---|---|---|---|---|"]
-        for on, off in effect["pairs"]:
-            a_on, a_off = effect["arms"][on], effect["arms"][off]
-            lines.append(" | ".join([f"| {on} vs {off}"] + [f"{a_on[k]:.4f} vs {a_off[k]:.4f}" for k in
-                                    ("pass_at_1", "accuracy_formatted", "format_rate")]
-                                    + [f"{a_on['mixed_group_fraction']:.2f} vs {a_off['mixed_group_fraction']:.2f} |"]))
-        for key, label in (("delta_pass_at_1", "Δ pass@1"), ("delta_accuracy_formatted", "Δ accuracy among formatted"),
-                           ("delta_mixed_group_fraction", "Δ mixed groups")):
-            e = effect[key]
-            spread = f" ± {e['sd']:.4f} (sd across {len(e['per_seed'])} seeds)" if e["sd"] is not None else " (one seed)"
-            lines.append(f"\n{label} (this recipe − {variant}): {e['mean']:+.4f}{spread}.")
+        lines += _variant_lines(variant, effect)
     seeds = result.get("training_seeds")
     if seeds:
-        lines += ["", "Solo across training seeds (same judge, same sampling seeds):", "",
-                  "| arm | pass@1 before | after | accuracy among formatted | format rate | mixed groups, last 20 |",
-                  "|---|---|---|---|---|---|"]
-        for name, r in seeds["arms"].items():
-            lines.append(f"| {name} | {r['before']:.4f} | {r['after']:.4f} | {r['accuracy_formatted']:.4f} | "
-                         f"{r['format_rate']:.4f} | {r['mixed_group_fraction']:.2f} |")
-        lines.append(f"\nΔ pass@1 {seeds['delta_pass_at_1_mean']:+.4f} ± {seeds['delta_pass_at_1_sd']:.4f} (sd across "
-                     f"{len(seeds['arms'])} training seeds).")
-        if "mixed_group_fraction_mean" in seeds:
-            lines.append(f"\nOwn groups mixed in the last 20 rounds: {seeds['mixed_group_fraction_mean']:.3f} ± "
-                         f"{seeds['mixed_group_fraction_sd']:.3f} (mean ± sd across {len(seeds['arms'])} training seeds; "
-                         "one seed's 40 groups alone carry a standard error of about 0.07).")
+        lines += _seed_lines(seeds)
     return "\n".join(lines)
+
+
+def _mixed_lines(result: dict[str, Any], mm: dict[str, Any]) -> list[str]:
+    """The mixed arm beside solo, in two paragraphs."""
+    return ["", (f"Beside {mm['seed_peers']} seed-model peers (same rounds, J = external groups from their "
+                 f"pool, {mm['external_used_per_round']:.2f} used per round): pass@1 {mm['pass_at_1']:.4f} "
+                 f"(Δ {mm['delta_pass_at_1']:+.4f} vs solo), format rate {mm['format_rate']:.4f} "
+                 f"(Δ {mm['delta_format_rate']:+.4f}), accuracy among formatted {mm['accuracy_formatted']:.4f} "
+                 f"(Δ {mm['delta_accuracy_formatted']:+.4f}); `rl` mix pass@1 {mm['rl_mix_after']:.4f}. "
+                 "One pair of runs: a difference within ~2 eval sd is not a finding."),
+            (f"pass@{result['eval_k']} {mm['pass_at_k']:.4f} vs solo {mm['solo_pass_at_k']:.4f}; held-out questions "
+             f"with mixed outcomes {mm['heldout_mixed_fraction']:.3f} vs solo {mm['solo_heldout_mixed_fraction']:.3f}; "
+             f"own groups mixed in the last 20 rounds {mm['own_mixed_group_fraction']:.2f} vs solo "
+             f"{result['mixed_group_fraction']:.2f}.")]
+
+
+def _variant_lines(variant: str, effect: dict[str, Any]) -> list[str]:
+    """This recipe against one variant: a row per seed pair, then each paired effect."""
+    lines = ["", f"This recipe vs `{variant}` (the same with {effect['changes']}), paired by training seed:", "",
+                  "| pair | pass@1 | accuracy among formatted | format rate | mixed groups, last 20 |",
+              "|---|---|---|---|---|"]
+    for on, off in effect["pairs"]:
+        a_on, a_off = effect["arms"][on], effect["arms"][off]
+        lines.append(" | ".join([f"| {on} vs {off}"] + [f"{a_on[k]:.4f} vs {a_off[k]:.4f}" for k in
+                                ("pass_at_1", "accuracy_formatted", "format_rate")]
+                                + [f"{a_on['mixed_group_fraction']:.2f} vs {a_off['mixed_group_fraction']:.2f} |"]))
+    for key, label in (("delta_pass_at_1", "Δ pass@1"), ("delta_accuracy_formatted", "Δ accuracy among formatted"),
+                       ("delta_mixed_group_fraction", "Δ mixed groups")):
+        e = effect[key]
+        spread = f" ± {e['sd']:.4f} (sd across {len(e['per_seed'])} seeds)" if e["sd"] is not None else " (one seed)"
+        lines.append(f"\n{label} (this recipe − {variant}): {e['mean']:+.4f}{spread}.")
+    return lines
+
+
+def _seed_lines(seeds: dict[str, Any]) -> list[str]:
+    """Solo across training seeds: a row per seed, then the spread of its learning."""
+    lines = ["", "Solo across training seeds (same judge, same sampling seeds):", "",
+             "| arm | pass@1 before | after | accuracy among formatted | format rate | mixed groups, last 20 |",
+             "|---|---|---|---|---|---|"]
+    for name, r in seeds["arms"].items():
+        lines.append(f"| {name} | {r['before']:.4f} | {r['after']:.4f} | {r['accuracy_formatted']:.4f} | "
+                     f"{r['format_rate']:.4f} | {r['mixed_group_fraction']:.2f} |")
+    lines.append(f"\nΔ pass@1 {seeds['delta_pass_at_1_mean']:+.4f} ± {seeds['delta_pass_at_1_sd']:.4f} (sd across "
+                 f"{len(seeds['arms'])} training seeds).")
+    if "mixed_group_fraction_mean" in seeds:
+        lines.append(f"\nOwn groups mixed in the last 20 rounds: {seeds['mixed_group_fraction_mean']:.3f} ± "
+                     f"{seeds['mixed_group_fraction_sd']:.3f} (mean ± sd across {len(seeds['arms'])} training seeds; "
+                     "one seed's 40 groups alone carry a standard error of about 0.07).")
+    return lines
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
