@@ -7,12 +7,15 @@ ignores unknown keys, so a newer settings file never stops an older engine from 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import tomllib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from engine.machine.schedule import Schedule, parse_schedule
 
 SETTINGS_FILE = "settings.toml"
 
@@ -36,6 +39,17 @@ class ContributorSettings:
     # wss:// bootstraps and the board's TLS servers must chain to a CA in this PEM file (a swarm that
     # runs its own CA hands it out); "" = the system's CAs. `sapo run --ca FILE` overrides it
     ca_file: str = ""
+    # train only inside these weekly windows of the machine's local time, e.g. "Mon-Fri 18:00-08:00,
+    # Sat-Sun 00:00-24:00" (an end at or before the start crosses midnight); "" = at any time
+    schedule: str = ""
+    # the engine comes up paused (`sapo run --headless --control`, at login): it trains once resumed
+    # (the app's Resume, `sapo resume`)
+    start_paused: bool = False
+
+    @functools.cached_property
+    def parsed_schedule(self) -> Schedule:
+        """`schedule`, parsed once (validated at construction, so this never raises later)."""
+        return parse_schedule(self.schedule)
 
     def __post_init__(self) -> None:
         if self.bootstrap_url and not self.bootstrap_url.startswith(("ws://", "wss://")):
@@ -56,6 +70,7 @@ class ContributorSettings:
             raise ValueError("model must be at most 1024 characters, without control characters")
         if len(self.ca_file) > 4096 or any(ord(ch) < 32 or ord(ch) == 127 for ch in self.ca_file):
             raise ValueError("ca_file must be a file path of at most 4096 characters, without control characters")
+        _ = self.parsed_schedule  # ValueError here, with the part that is wrong, not at the next round
 
     @classmethod
     def from_dict(cls, data: Any, base: ContributorSettings | None = None) -> ContributorSettings:

@@ -11,6 +11,8 @@ from engine.swarm.nats_server import PortInUseError, port_in_use
 
 # what to change when one of the embedded server's ports is taken
 _NATS_PORT_FLAGS = {"client": "--nats-port", "websocket": "--nats-ws-port"}
+BOARD_STORE = "board"  # the embedded board's JetStream directory in --data-dir
+BOARD_FILE_STORE_BYTES = 1 << 30  # its disk at most (the stream itself is capped lower, by the quota)
 
 
 def register(sub: Any) -> None:
@@ -58,7 +60,8 @@ def register(sub: Any) -> None:
     p.add_argument("--no-nats", action="store_true",
                    help="no board: relay rollouts to every peer as before (LAN parties; O(N^2) traffic)")
     p.add_argument("--data-dir", type=Path, default=None,
-                   help="keep this server's identity key here (default: a new identity each start)")
+                   help="keep this server's identity and board keys here, and the embedded board's frames: a "
+                        "restart keeps nodes' credentials and the board (default: new keys each start)")
     p.set_defaults(func=run)
 
 
@@ -173,11 +176,13 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
     watchdogs = []
     if authority is not None:
         urls = [nats.url] if nats is not None else list(args.nats)
-        await _create_board(urls, authority, args.board_replicas, board_tls)
+        storage = _board_storage(nats)
+        await _create_board(urls, authority, args.board_replicas, board_tls, storage=storage)
         if nats is None:
             await _refuse_open_cluster(urls)
         # a restarted server (ours or the operator's) lost the memory stream
-        watchdogs.append(keep_board_stream(urls, authority, _log, replicas=args.board_replicas, tls=board_tls))
+        watchdogs.append(keep_board_stream(urls, authority, _log, replicas=args.board_replicas, tls=board_tls,
+                                           storage=storage))
     if nats is not None:
         watchdogs.append(_supervise_nats(nats))
         if authority is not None and warden is not None:
@@ -225,8 +230,11 @@ def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, 
 
     authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
     nats_port, ws_port = _nats_ports(args.port, args.nats_port, args.nats_ws_port)
+    # with a data dir the board's frames are kept there: a restart loses neither credentials nor frames
+    store = Path(args.data_dir) / BOARD_STORE if args.data_dir else None
     try:
-        nats = _start_nats(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key)
+        nats = _start_nats(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key,
+                           store)
     except PortInUseError as exc:
         raise ValueError(f"the embedded nats-server's port {exc.port} on {exc.host} is already in use (another "
                          f"bootstrap or nats-server on this host?): choose another with "
@@ -241,16 +249,23 @@ def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, 
 
 
 def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None, tls_cert: Path | None = None,
-                tls_key: Path | None = None) -> Any:
+                tls_key: Path | None = None, store_dir: Path | None = None) -> Any:
+    """`store_dir`: where the board's stream is kept on disk (None: in memory, gone with the server)."""
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
     return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=ws_port, monitor_port=0,
-                                       auth_config=auth_config, tls_cert_file=tls_cert,
-                                       tls_key_file=tls_key)).start()
+                                       auth_config=auth_config, tls_cert_file=tls_cert, tls_key_file=tls_key,
+                                       store_dir=store_dir, max_file_store_bytes=BOARD_FILE_STORE_BYTES
+                                       if store_dir is not None else 0)).start()
+
+
+def _board_storage(nats: Any) -> str:
+    """Where the board's stream lives: on disk when the embedded server has a store in the data dir."""
+    return "file" if nats is not None and nats.cfg.max_file_store_bytes > 0 else "memory"
 
 
 async def _create_board(urls: list[str], authority: Any, replicas: int, tls: Any = None,
-                        patience_s: float = 30.0) -> None:
+                        patience_s: float = 30.0, storage: str = "memory") -> None:
     """Make the board's stream; a cluster still electing its JetStream leader gets `patience_s`."""
     import asyncio
     import time
@@ -261,7 +276,7 @@ async def _create_board(urls: list[str], authority: Any, replicas: int, tls: Any
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            await create_board_stream(urls, authority, replicas=replicas, tls=tls)
+            await create_board_stream(urls, authority, replicas=replicas, tls=tls, storage=storage)
             return
         except Exception as exc:  # nats-py raises unrelated types; the last one is reported
             why = getattr(exc, "why", "") or str(exc) or type(exc).__name__

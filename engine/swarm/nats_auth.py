@@ -253,10 +253,12 @@ class Authority:
         quota = self.quota
         exports = [{"name": name, "subject": subject, "type": "service", "response_type": "Singleton"}
                    for name, subject, _ in _board_services(self.stream, self.prefix)]
-        # One memory stream, bounded in bytes (every replica of it, in a cluster); only the bootstrap's
-        # user can make streams here, so the stream's own cap is the bound that matters.
-        limits = {**_ACCOUNT_LIMITS, "mem_storage": -1, "disk_storage": 0, "streams": 1, "consumer": 1,
-                  "max_ack_pending": -1, "mem_max_stream_bytes": quota.store_bytes, "max_bytes_required": True}
+        # One stream, in memory or (a bootstrap with a data dir: frames outlive its restart) on disk,
+        # bounded in bytes (every replica of it, in a cluster); only the bootstrap's user can make
+        # streams here, so the stream's own cap is the bound that matters.
+        limits = {**_ACCOUNT_LIMITS, "mem_storage": -1, "disk_storage": -1, "streams": 1, "consumer": 1,
+                  "max_ack_pending": -1, "mem_max_stream_bytes": quota.store_bytes,
+                  "disk_max_stream_bytes": quota.store_bytes, "max_bytes_required": True}
         return self._account_jwt(self.board_nkey, "board", {"exports": exports, "limits": limits})
 
     def nodes_account_jwt(self, revocations: dict[str, int] | None = None) -> str:

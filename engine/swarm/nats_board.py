@@ -1,4 +1,5 @@
-"""The board on NATS JetStream: one memory stream, one subject per node, the latest frame per subject.
+"""The board on NATS JetStream: one stream, one subject per node, the latest frame per subject. The stream
+is in memory, or on disk (`storage="file"`: a bootstrap with a data dir, whose frames outlive its restart).
 
 Stream settings do the board's bookkeeping on the server: `max_msgs_per_subject=1` (a put replaces the
 node's previous frame), `max_age` (frames older than the pool's staleness vanish), `max_msg_size` (the
@@ -35,7 +36,7 @@ class NatsBoard:
     def __init__(self, servers: Sequence[str], *, stream: str = STREAM, prefix: str = SUBJECT_PREFIX,
                  max_age_s: float = 600.0, max_frame_bytes: int = 1 << 20, replicas: int = 1,
                  create: bool = True, connect_options: dict[str, Any] | None = None, api_prefix: str = JS_API,
-                 store_bytes: int = -1) -> None:
+                 store_bytes: int = -1, storage: str = "memory") -> None:
         if not servers:
             raise ValueError("NatsBoard needs at least one server URL")
         self.servers = list(servers)
@@ -45,6 +46,9 @@ class NatsBoard:
         self.connect_options = connect_options or {}
         self.api_prefix = api_prefix  # JetStream's API here: a node reaches it through its account's imports
         self.store_bytes = store_bytes  # the stream's bytes at most (-1: unbounded, an open board)
+        if storage not in ("memory", "file"):
+            raise ValueError(f"storage must be 'memory' or 'file', not {storage!r}")
+        self.storage = storage  # where a stream this board makes keeps its frames
         self.nc: Any = None
         self.js: Any = None
         self.size = 0  # frames (= nodes: one per key) on the board at the last extent()
@@ -90,13 +94,15 @@ class NatsBoard:
 
     async def ensure_stream(self) -> bool:
         """Make the stream, or put its settings back -> whether it had been missing."""
+        import dataclasses
+
         from nats.js.api import DiscardPolicy, StorageType, StreamConfig
         from nats.js.errors import NotFoundError
 
         # discard OLD with a byte cap: a full board drops its oldest frames, a put never fails for room
         config = StreamConfig(name=self.stream, subjects=[f"{self.prefix}.*"], max_msgs_per_subject=1,
                               max_age=self.max_age_s, max_msg_size=self.max_frame_bytes,
-                              max_bytes=self.store_bytes, storage=StorageType.MEMORY, discard=DiscardPolicy.OLD,
+                              max_bytes=self.store_bytes, storage=StorageType(self.storage), discard=DiscardPolicy.OLD,
                               allow_direct=True, num_replicas=self.replicas)
         try:
             self._live()
@@ -107,7 +113,8 @@ class NatsBoard:
         ours = (config.max_bytes, config.max_msg_size, config.max_age, config.max_msgs_per_subject)
         if (info.config.max_bytes, info.config.max_msg_size, info.config.max_age,
                 info.config.max_msgs_per_subject) != ours:
-            await self.js.update_stream(config)
+            # JetStream cannot move a stream between memory and disk: the settings, where it is
+            await self.js.update_stream(dataclasses.replace(config, storage=info.config.storage))
         return False
 
     async def reauthenticate(self) -> None:
@@ -163,9 +170,9 @@ class NatsBoard:
 
 
 def admin_board(urls: str | Sequence[str], authority: Authority, *, replicas: int = 1,
-                tls: ssl.SSLContext | None = None, create: bool = False) -> NatsBoard:
+                tls: ssl.SSLContext | None = None, create: bool = False, storage: str = "memory") -> NatsBoard:
     """A board connection (not yet made) as the bootstrap's own user, in the board's account. `tls`:
-    the context for servers that serve TLS (engine/swarm/tls.py)."""
+    the context for servers that serve TLS (engine/swarm/tls.py); `storage`: of a stream it makes."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     key = Ed25519PrivateKey.generate()
@@ -174,19 +181,20 @@ def admin_board(urls: str | Sequence[str], authority: Authority, *, replicas: in
     options = connect_options(key.sign, lambda: cred) | ({"tls": tls} if tls is not None else {})
     return NatsBoard([urls] if isinstance(urls, str) else list(urls), stream=authority.stream,
                      prefix=authority.prefix, max_age_s=quota.max_age_s, max_frame_bytes=quota.max_frame_bytes,
-                     store_bytes=quota.store_bytes, replicas=replicas, create=create, connect_options=options)
+                     store_bytes=quota.store_bytes, replicas=replicas, create=create, connect_options=options,
+                     storage=storage)
 
 
-async def create_board_stream(urls: str | Sequence[str], authority: Authority, *,
-                              replicas: int = 1, tls: ssl.SSLContext | None = None) -> None:
+async def create_board_stream(urls: str | Sequence[str], authority: Authority, *, replicas: int = 1,
+                              tls: ssl.SSLContext | None = None, storage: str = "memory") -> None:
     """Make the board's stream, or put its settings back (nodes cannot: it is in the board's account)."""
-    board = await admin_board(urls, authority, replicas=replicas, tls=tls, create=True).connect()
+    board = await admin_board(urls, authority, replicas=replicas, tls=tls, create=True, storage=storage).connect()
     await board.close()
 
 
 async def keep_board_stream(urls: Sequence[str], authority: Authority, log: Callable[[str, str], None], *,
-                            replicas: int = 1, every_s: float = 2.0,
-                            tls: ssl.SSLContext | None = None) -> None:
+                            replicas: int = 1, every_s: float = 2.0, tls: ssl.SSLContext | None = None,
+                            storage: str = "memory") -> None:
     """The bootstrap's watch, forever: the board's stream exists with its settings. A restarted memory
     server has lost it, and without it every node's put fails."""
     board: NatsBoard | None = None
@@ -195,7 +203,7 @@ async def keep_board_stream(urls: Sequence[str], authority: Authority, log: Call
             try:
                 if board is None or board.closed.is_set():
                     board = None
-                    board = await admin_board(urls, authority, replicas=replicas, tls=tls).connect()
+                    board = await admin_board(urls, authority, replicas=replicas, tls=tls, storage=storage).connect()
                 if await board.ensure_stream():
                     log("warning", "board: its stream was gone (a restarted server?); made it again")
             except Exception as exc:  # noqa: BLE001 -- nats-py raises unrelated types; try again next time

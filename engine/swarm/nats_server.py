@@ -95,6 +95,8 @@ class NatsServerConfig:
     max_payload_bytes: int = 2 << 20  # one rollouts frame is at most 1 MiB, plus headers
     max_connections: int = 65536
     max_memory_store_bytes: int = 1 << 30  # the board is a memory stream: latest frame per node
+    # ... or a file stream (a bootstrap with a data dir keeps its frames across restarts); 0 = no disk
+    max_file_store_bytes: int = 0
     store_dir: Path | None = None  # JetStream's directory; None = a temporary one
     routes: tuple[str, ...] = ()  # nats-route://host:port of other servers in this cluster
     cluster_port: int | None = None  # route listener (with routes: a cluster); None = standalone
@@ -112,6 +114,8 @@ class NatsServerConfig:
                 raise ValueError(f"{name} must be a port number")
         if not 1024 <= self.max_payload_bytes <= 64 << 20:
             raise ValueError("max_payload_bytes must be between 1 KiB and 64 MiB")
+        if self.max_file_store_bytes < 0:
+            raise ValueError("max_file_store_bytes must be >= 0 (0: no file store)")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("TLS needs both a certificate file and its key file")
         for path in (self.tls_cert_file, self.tls_key_file):
@@ -129,7 +133,7 @@ def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
              f'listen: "{cfg.host}:{ports["client"]}"', f"max_payload: {cfg.max_payload_bytes}",
              f"max_connections: {cfg.max_connections}",
              "jetstream {", f'  store_dir: "{store.as_posix()}"', f"  max_memory_store: {cfg.max_memory_store_bytes}",
-             "  max_file_store: 0", "}"]
+             f"  max_file_store: {cfg.max_file_store_bytes}", "}"]
     if cfg.auth_config:
         lines.append(cfg.auth_config.rstrip("\n"))
     if "monitor" in ports:
