@@ -29,7 +29,8 @@ from engine.checkpoint import CheckpointError, latest_checkpoint, load_weights, 
 from engine.control.model_switch import ROOT_MODEL_FILE, checkpoint_dir_for
 from engine.errors import SapoError
 from engine.models import catalog
-from engine.models.backends import convert_cached, dequantized_cached, load_gguf_policy, resolve_model_id
+from engine.models.backends import convert_cached, dequantized_cached, load_gguf_policy
+from engine.models.catalog import resolve_model_id
 from engine.models.gguf_convert import GgufError, base_param_name, derive_plan, lora_pairs, refresh_weights
 from engine.models.policy import LoraSpec, load_policy
 from engine.paths import SEED_MODEL_DIR

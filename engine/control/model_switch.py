@@ -70,7 +70,7 @@ def prepare_model(model_id: str, emit: Emit, resolve: Resolve) -> str:
 
 def _prepare(model_id: str, emit: Emit, resolve: Resolve) -> str:
     from engine.models import catalog
-    from engine.models.backends import resolve_model_id
+    from engine.models.catalog import resolve_model_id
     from engine.paths import SEED_MODEL_DIR
 
     key = resolve_model_id(model_id.strip())

@@ -14,15 +14,28 @@ A trainer takes any object with the `Generator` shape.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # torch loads only when a backend is built: NodeConfig validation stays light
+from engine.machine.hardware import probe
+from engine.models import catalog, fit
+from engine.models.catalog import resolve_model_id
+from engine.models.gguf_convert import (
+    GgufError,
+    base_param_name,
+    convert_hf_to_gguf,
+    dequantized_copy,
+    derive_plan,
+)
+from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy
+from engine.models.resolve import resolve_model, train_dtype
+from engine.tasks.prompts import PromptBuilder, PromptSpec
+
+if TYPE_CHECKING:  # torch loads only when a backend is built (generate and llama.cpp import it)
     from engine.models.generate import Completion, SampleConfig
 
 BACKENDS = ("auto", "transformers", "llamacpp", "bnb-nf4", "bnb-int8")
-MODEL_ALIASES = {"smollm2-135m": "smollm2-135m-instruct-q4_1"}  # the wheel's GGUF: the offline real model
 
 
 class Generator(Protocol):
@@ -94,20 +107,12 @@ class LoadedPolicy:
 
     def prompt_builder(self, default_style: str = "compact") -> Any:
         """Question -> this policy's prompt text (engine.tasks.prompts.PromptBuilder)."""
-        from engine.tasks.prompts import PromptBuilder, PromptSpec
-
         return PromptBuilder(PromptSpec(self.prompt_style or default_style, self.prompt_shots or 1), self.tokenizer)
-
-
-def resolve_model_id(model: str) -> str:
-    return MODEL_ALIASES.get(model, model)
 
 
 def auto_backend(spec: Any, hw: Any) -> str:
     """The backend `sapo doctor`'s fit gives `spec` on machine `hw`: its first plan that fits well,
     else the first that fits at all (plans come best-quality first)."""
-    from engine.models import fit
-
     estimates = fit.assess(spec, hw, fit.shape_for(spec, hw), can_fetch=True)
     usable = [e for e in estimates if e.verdict == fit.FITS_WELL] or \
         [e for e in estimates if e.verdict != fit.NO_FIT] or estimates
@@ -118,10 +123,6 @@ def auto_backend(spec: Any, hw: Any) -> str:
 
 def machine_for(device: str) -> Any:
     """This machine's profile, seen as `device` (a CPU run on a GPU machine sizes for the CPU)."""
-    from dataclasses import replace
-
-    from engine.machine.hardware import probe
-
     hw = probe()
     return hw if hw.kind == device else replace(hw, kind=device)
 
@@ -165,8 +166,7 @@ def load_gguf_policy(gguf_path: Path, *, device: str, lora: Any) -> tuple[Any, A
 def llamacpp_generator_for(model: Any, base_gguf: Path, work_dir: Path, *, lora: Any,
                            cfg: Any = None) -> Any:
     """A LlamaCppGenerator for `model` whose base weights are `base_gguf` (plan derived and checked)."""
-    from engine.models.gguf_convert import GgufError, base_param_name, derive_plan
-    from engine.models.llamacpp import LlamaCppGenerator
+    from engine.models.llamacpp import LlamaCppGenerator  # torch: loads with a llama.cpp backend only
 
     base = model.get_base_model() if lora is not None else model
     plan = derive_plan(base_gguf, base.state_dict())
@@ -183,9 +183,7 @@ def llamacpp_generator_for(model: Any, base_gguf: Path, work_dir: Path, *, lora:
 
 def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llamacpp_cfg: Any = None) -> LoadedPolicy:
     """Load `model` (seed, catalog id or alias, or a local directory) for `backend` on `device`."""
-    from engine.models import catalog
-    from engine.models.llamacpp import LlamaCppConfig
-    from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec, load_policy
+    from engine.models.llamacpp import LlamaCppConfig  # torch: loads with the policy, not before
 
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -215,8 +213,6 @@ def load_for_node(model: str, backend: str, device: str, data_dir: Path, *, llam
         gen: Generator = llamacpp_generator_for(torch_model, base, work / spec.id, lora=lora, cfg=llamacpp_cfg)
         return _finish(spec, LoadedPolicy(spec.id, torch_model, tokenizer, gen, "llamacpp",
                                           f"llama.cpp ({weights}) + transformers (LoRA)", None))
-
-    from engine.models.resolve import resolve_model, train_dtype
 
     spec_id, path, lora = resolve_model(model_id)
     quant = {"bnb-nf4": "nf4", "bnb-int8": "int8"}.get(backend)
@@ -268,8 +264,6 @@ def _finish(spec: Any, loaded: LoadedPolicy) -> LoadedPolicy:
 
 def dequantized_cached(gguf_file: Path, out_dir: Path, dtype: str = "f16") -> Path:
     """A float copy of a quantized GGUF, made once (see gguf_convert.dequantized_copy for why)."""
-    from engine.models.gguf_convert import dequantized_copy
-
     st = gguf_file.stat()
     key = hashlib.sha256(f"{gguf_file.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     out = out_dir / f"{gguf_file.stem}-{key}-{dtype}.gguf"
@@ -280,8 +274,6 @@ def dequantized_cached(gguf_file: Path, out_dir: Path, dtype: str = "f16") -> Pa
 
 def convert_cached(model_dir: Path, out_dir: Path, outtype: str = "f32") -> Path:
     """The model directory converted to GGUF once (cached by its files' names, sizes and mtimes)."""
-    from engine.models.gguf_convert import convert_hf_to_gguf
-
     out = out_dir / f"{model_dir.name}-{_dir_key(model_dir)}-{outtype}.gguf"
     if not out.is_file():
         convert_hf_to_gguf(model_dir, out, outtype=outtype)

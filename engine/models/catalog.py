@@ -171,6 +171,15 @@ def catalog() -> list[ModelSpec]:
     return models
 
 
+# Names a contributor may type for a catalog entry: the smollm2 wheel's GGUF is the offline real model.
+MODEL_ALIASES = {"smollm2-135m": "smollm2-135m-instruct-q4_1"}
+
+
+def resolve_model_id(model: str) -> str:
+    """The catalog id behind an alias; any other name (an id, "seed", a folder) as it is."""
+    return MODEL_ALIASES.get(model, model)
+
+
 def get(model_id: str) -> ModelSpec:
     for spec in catalog():
         if spec.id == model_id:

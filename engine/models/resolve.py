@@ -12,6 +12,10 @@ from typing import Any
 from engine.events import LogRecord
 from engine.machine.hardware import cpu_info
 from engine.machine.load import ThreadPacer, lent_cores
+from engine.models import catalog
+from engine.models.catalog import resolve_model_id
+from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec
+from engine.paths import SEED_MODEL_DIR
 
 
 def pick_device(requested: str | None, use_gpu: bool) -> str:
@@ -76,8 +80,6 @@ def stored_model_id(model: str) -> str:
     """The id `model`'s rounds and evals are stored under (`resolve_model`'s first value), found without
     loading or downloading it: a local directory's name, else the id itself (the catalog id behind an
     alias; "seed")."""
-    from engine.models.backends import resolve_model_id
-
     model = resolve_model_id(model)
     path = Path(model).expanduser()
     return path.name if model != "seed" and path.is_dir() else model
@@ -87,9 +89,6 @@ def resolve_model(model: str, progress: Any = None) -> tuple[str, Path, Any]:
     """(model id, local directory, LoRA spec or None). The seed model trains in full; catalog
     models train LoRA adapters and are downloaded from the hub on first use (with progress: a tqdm
     class, e.g. engine.control.model_switch.hub_progress_class)."""
-    from engine.models import catalog
-    from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec
-    from engine.paths import SEED_MODEL_DIR
 
     if model == "seed":
         return "seed", SEED_MODEL_DIR, None

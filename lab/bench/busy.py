@@ -36,7 +36,7 @@ from engine import doctor
 from engine.machine import load as machine_load
 from engine.machine.hardware import probe
 from engine.models import catalog
-from engine.models.backends import resolve_model_id
+from engine.models.catalog import resolve_model_id
 from engine.paths import REPO_ROOT
 from lab import BENCH_DIR
 from lab.bench import save_results

@@ -76,8 +76,7 @@ def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0, models: str = "seed,sm
     catalog ids of real models (skipped when not installed). A real model's rounds take tens of
     seconds on a CPU, so it is watched for `real_seconds` (half watching, half switching tabs). `stacks`
     samples the app's Qt thread so each long stall says where it was (a diagnosis run, not the result)."""
-    from engine.models.backends import resolve_model_id
-    from engine.models.catalog import get
+    from engine.models.catalog import get, resolve_model_id
 
     runs: list[dict[str, Any]] = []
     skipped: list[str] = []
