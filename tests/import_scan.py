@@ -50,8 +50,43 @@ def private_names_used(path: Path) -> list[str]:
     return found
 
 
+def module_name(path: Path) -> str:
+    """engine/models/fit.py -> engine.models.fit; a package's __init__.py -> the package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def imported_modules(path: Path) -> list[str]:
+    """The project's modules an `import` anywhere in the file loads (relative imports made absolute;
+    `from a import b` counts a.b when b is a module, else a); its own parent packages are left out,
+    since importing them only runs their __init__."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}") else base)
+    ancestors = {".".join(here.split(".")[:i]) for i in range(1, len(here.split(".")) + 1)}
+    return sorted(name for name in found if name.split(".")[0] in PRODUCT | {"lab"}
+                  and _is_module(name) and name not in ancestors)
+
+
 def scan(kind: str, folder: str) -> dict[str, list[str]]:
-    """`kind` ("roots" or "private") for every .py file under ROOT/folder, by path relative to ROOT."""
-    read = {"roots": lambda p: sorted(imported_roots(p)), "private": private_names_used}[kind]
+    """`kind` ("roots", "private" or "modules") for every .py file under ROOT/folder, by path relative
+    to ROOT."""
+    read = {"roots": lambda p: sorted(imported_roots(p)), "private": private_names_used,
+            "modules": imported_modules}[kind]
     return {str(p.relative_to(ROOT)): read(p) for p in sorted((ROOT / folder).rglob("*.py"))}
 

@@ -91,3 +91,108 @@ def test_every_error_the_engine_raises_on_purpose_shares_one_root() -> None:
     )
     bad = _fresh_python(code)
     assert bad == "", f"errors outside SapoError: {bad}"
+
+
+# The engine's floors, top to bottom: a room imports only from floors below its own (function bodies
+# included). Machine sits under models: the models' thread pacing reads the machine's load.
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(floor.split()) for floor in (
+    "__main__",
+    "cli",
+    "node export",
+    "swarm supervisor fleet doctor autostart",
+    "sapo",
+    "control evaluation",
+    "models",
+    "machine",
+    "tasks store checkpoint bus",
+    "events metrics paths settings",
+    "errors",
+))
+
+
+def _room(module: str) -> str:
+    """engine.models.fit -> models; engine.paths -> paths; engine -> "" (the package itself)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _floor(room: str) -> int:
+    return next(i for i, floor in enumerate(LAYERS) if room in floor)
+
+
+def _engine_graph() -> dict[str, list[str]]:
+    """engine module -> the engine modules it imports."""
+    edges = {}
+    for path, imported in _scan("modules", "engine").items():
+        module = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        edges[module] = [name for name in imported if name.split(".")[0] == "engine"]
+    return edges
+
+
+def test_every_engine_room_sits_on_a_floor() -> None:
+    rooms = {_room(module) for module in _engine_graph()} - {""}
+    placed = set().union(*LAYERS)
+    assert rooms - placed == set(), "a new room: put it on a floor in LAYERS"
+    assert placed - rooms == set(), "a floor names a room that no longer exists"
+
+
+def test_engine_imports_point_down_the_floors_only() -> None:
+    upward = sorted(f"{module} -> {name}" for module, imported in _engine_graph().items() if _room(module)
+                    for name in imported if _room(name) and _room(name) != _room(module)
+                    and _floor(_room(name)) <= _floor(_room(module)))
+    assert upward == []
+
+
+def _cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(edges.get(start, [])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(edges.get(child, []))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycle_finder_sees_a_hand_built_cycle() -> None:
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+    assert _cycles({"a": ["b"], "b": []}) == []
+
+
+def test_no_engine_module_imports_itself_round_a_cycle() -> None:
+    assert _cycles(_engine_graph()) == []
+
+
+def test_app_reaches_the_engine_through_its_public_rooms_only() -> None:
+    """The GUI is a client of the engine: it never drives the CLI (sapo gui is the one door, the other
+    way round)."""
+    crossings = {path: [name for name in imported if _room(name) in ("cli", "__main__")]
+                 for path, imported in _scan("modules", "app").items()}
+    assert {path: names for path, names in crossings.items() if names} == {}
