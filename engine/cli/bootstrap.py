@@ -43,10 +43,10 @@ def register(sub: Any) -> None:
                         "network you trust only: any client can overwrite any node's slot)")
     p.add_argument("--board-replicas", type=int, default=1,
                    help="copies of the board's stream in a --nats cluster (1-5; 3 survives a server's loss)")
-    p.add_argument("--nats-port", type=int, default=None,
+    p.add_argument("--nats-port", type=int, default=None, metavar="N",
                    help="the embedded nats-server's port (default: --port + 1, any free with --port 0; "
                         "0 = any free)")
-    p.add_argument("--nats-ws-port", type=int, default=None,
+    p.add_argument("--nats-ws-port", type=int, default=None, metavar="N",
                    help="its websocket port, for nodes that reach only HTTP(S) (default: --port + 2, any free "
                         "with --port 0; 0 = any free, -1 = none)")
     p.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
