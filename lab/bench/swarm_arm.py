@@ -40,9 +40,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from engine.models.backends import load_for_node
+from engine.sapo.config import SapoConfig, preset
+from engine.sapo.step import PoolExchange, step
+from engine.sapo.trainer import Trainer
+from engine.tasks.curriculum import rung_of
 from lab.bench.judge_set import disjoint_judge
 from lab.bench.real_arm import SOLVED, judge, judge_mix, train_mix
 from lab.bench.swarm_attack import ATTACKERS, attacker_groups_trained, attacker_round, attacker_share
+from lab.experiment.transport import InMemorySwarm, agent_identity
 
 ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real recipe: I = 2)
     "solo": {"num_external": 0, "num_suggested": 0},
@@ -66,6 +74,10 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
 # CPU-seconds; at 3.5x solo ended at ~520 CPU-s per node where text's 48 rounds took ~590.
 ROUNDS_FACTOR = {"solo-long": 4.5, "question-long": 2.5, "text-long": 2.0}
 SETTINGS = ("homogeneous", "heterogeneous")
+# A round's metrics each node's history keeps (0.0 where a round did not report one)
+HISTORY_KEYS = ("reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
+                "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
+                "peer_loss_share_max", "external_implausible", "external_pending")
 
 
 def node_specialties(setting: str, k: int, specialties: list[str]) -> list[str]:
@@ -88,8 +100,6 @@ def own_group_log(groups: Any, suggested: int, replayed: int = 0) -> list[list[A
     "mixed", "right" or "wrong"; source "suggested" for the first `suggested` (peers' questions),
     "replay" for the next `replayed` (own questions asked again), else "own_pick". Where a node's
     generation goes without a gradient, by specialty and difficulty."""
-    from engine.tasks.curriculum import rung_of
-
     log = []
     for k, g in enumerate(groups):
         outcome = "mixed" if g.has_signal else "right" if g.rewards and g.rewards[0] >= SOLVED else "wrong"
@@ -101,10 +111,6 @@ def own_group_log(groups: Any, suggested: int, replayed: int = 0) -> list[list[A
 
 def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int, specialties: list[str],
           overrides: dict[str, Any]) -> Any:
-    from engine.models.backends import load_for_node
-    from engine.sapo.config import SapoConfig, preset
-    from engine.sapo.trainer import Trainer
-
     loaded = load_for_node(model, "llamacpp", "cpu", data_dir)
     cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
@@ -114,16 +120,42 @@ def _node(model: str, data_dir: Path, arm: str, setting: str, k: int, seed: int,
                    model_id=loaded.model_id, generator=loaded.generator), loaded
 
 
+def _round_record(result: Any, attackers: set[str]) -> dict[str, Any]:
+    """One node's round in its history: the metrics kept, the share of its groups with a gradient, its
+    own groups' outcomes, what the attackers got, and the own-group log."""
+    m = result.metrics
+    return ({key: float(m.get(key, 0.0)) for key in HISTORY_KEYS}
+            | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
+            | {"attacker_loss_share": attacker_share(result, attackers),
+               "attacker_groups_trained": float(attacker_groups_trained(result, attackers))}
+            | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)),
+                                           int(m.get("replayed_groups", 0)))})
+
+
+def _wire(nodes: list[Any], arm: str, seed: int) -> tuple[InMemorySwarm, list[PoolExchange], list[str]]:
+    """The in-memory swarm between the nodes (and the arm's attacker identities after them): each node's
+    exchange over its own pool, publishing only where the arm shares. Returns the attackers' peer ids too."""
+    sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0  # replay alone is not sharing
+    identities = [agent_identity(seed, k) for k in range(len(nodes) + ATTACKERS.get(arm, 0))]
+    swarm = InMemorySwarm(identities, max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
+    exchanges = [PoolExchange(swarm.pools[k], functools.partial(swarm.publish, k) if sharing else None)
+                 for k in range(len(nodes))]
+    return swarm, exchanges, [ident.peer_id for ident in identities[len(nodes):]]
+
+
+def _progress(label: str, r: int, rounds: int, history: list[list[dict[str, Any]]], t_start: float) -> None:
+    recent = [h for hist in history for h in hist[-10:]]
+    print(f"[{label}] round {r}/{rounds}: reward "
+          f"{statistics.fmean(h['reward_mean'] for h in recent):.3f} mixed "
+          f"{statistics.fmean(h['mixed_fraction'] for h in recent):.2f} ({time.time() - t_start:.0f} s)",
+          flush=True)
+
+
 def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], threads: int, rounds: int,
                   specialties: list[str], judge_questions: int, eval_k: int, eval_seeds: list[int],
                   seed: int, overrides: dict[str, Any], judge_at: list[int] | None = None) -> dict[str, Any]:
     """One arm for one seed; `judge_at`: rounds before the last at which every node is judged too
     (the judge samples with its own seeds: the training path is the same as without it)."""
-    import torch
-
-    from engine.sapo.step import PoolExchange, step
-    from lab.experiment.transport import InMemorySwarm, agent_identity
-
     torch.set_num_threads(threads)  # after the imports: a module setting threads at import doubles them
     t_start = time.time()
     built = [_node(model, Path(d), arm, setting, k, seed, specialties, overrides) for k, d in enumerate(data_dirs)]
@@ -143,14 +175,9 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
         unseen = [q for q in judge_q if q.hash not in node.judge_seen]
         return judge(node, unseen, eval_k, eval_seeds) | {"judge_excluded_seen": len(judge_q) - len(unseen)}
 
-    sharing = ARMS[arm]["num_external"] > 0 or ARMS[arm]["num_suggested"] > 0  # replay alone is not sharing
-    identities = [agent_identity(seed, k) for k in range(len(nodes) + ATTACKERS.get(arm, 0))]
-    attackers = [ident.peer_id for ident in identities[len(nodes):]]
+    swarm, exchanges, attackers = _wire(nodes, arm, seed)
     attack_rng = random.Random(seed * 7919 + 1)
-    swarm = InMemorySwarm(identities, max(n.cfg.sampling.max_new_tokens for n in nodes), 1.5, lockstep=True)
-    exchanges = [PoolExchange(swarm.pools[k], functools.partial(swarm.publish, k) if sharing else None)
-                 for k in range(len(nodes))]
-    history: list[list[dict[str, float]]] = [[] for _ in nodes]
+    history: list[list[dict[str, Any]]] = [[] for _ in nodes]
     cpu = [0.0 for _ in nodes]
     midway: list[dict[str, Any]] = []
     for r in range(1, rounds + 1):
@@ -160,25 +187,12 @@ def run_swarm_arm(arm: str, setting: str, model: str, data_dirs: list[str], thre
             c0 = time.process_time()
             result = step(node, exchanges[k])
             cpu[k] += time.process_time() - c0
-            m = result.metrics
-            history[k].append({key: float(m.get(key, 0.0)) for key in (
-                "reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
-                "peer_text_groups", "seconds_own_pick", "seconds_suggested", "seconds_peer_text",
-                "peer_loss_share_max", "external_implausible", "external_pending")}
-                | {"mixed_fraction": 1.0 - m.get("frac_reward_zero_std", 1.0)} | own_outcomes(result.local_groups)
-                | {"attacker_loss_share": attacker_share(result, set(attackers)),
-                   "attacker_groups_trained": float(attacker_groups_trained(result, set(attackers)))}
-                | {"own_groups": own_group_log(result.local_groups, int(m.get("suggested_groups", 0)),
-                                               int(m.get("replayed_groups", 0)))})
+            history[k].append(_round_record(result, set(attackers)))
         for a, groups in enumerate(attacker_round(attackers, r, train_mix(specialties), judge_q,
                                                   nodes[0].cfg.completions, attack_rng).values()):
             swarm.publish(len(nodes) + a, groups)  # arrive with the honest groups, at the next barrier
         if r % 10 == 0 or r == 1:
-            recent = [h for hist in history for h in hist[-10:]]
-            print(f"[{setting}/{arm}@{seed}] round {r}/{rounds}: reward "
-                  f"{statistics.fmean(h['reward_mean'] for h in recent):.3f} mixed "
-                  f"{statistics.fmean(h['mixed_fraction'] for h in recent):.2f} ({time.time() - t_start:.0f} s)",
-                  flush=True)
+            _progress(f"{setting}/{arm}@{seed}", r, rounds, history, t_start)
         if r in (judge_at or ()) and r < rounds:
             midway.append({"round": r, "cpu_seconds": list(cpu),
                            "after": [judged(node) for node in nodes]})

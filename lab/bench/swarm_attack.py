@@ -83,7 +83,7 @@ def _pass_at(runs: Sequence[dict[str, Any]], setting: str, arm: str, seed: int, 
             continue
         for mark in [*run.get("midway", []), run]:
             if mark.get("round", run["rounds"]) == round_no:
-                return sum(j["pass_at_1"] for j in mark["after"]) / len(mark["after"])
+                return float(sum(j["pass_at_1"] for j in mark["after"])) / len(mark["after"])
     return None
 
 
@@ -100,9 +100,10 @@ def attack_keys(runs: Sequence[dict[str, Any]], setting: str, arm: str) -> dict[
     for key, against in (("victim_delta_vs_honest", "text-long"), ("victim_delta_vs_solo", "solo-long")):
         deltas = {}
         for r in mine:
+            ours = _pass_at(runs, setting, arm, r["seed"], r["rounds"])  # found: `mine` holds the run
             theirs = _pass_at(runs, setting, against, r["seed"], r["rounds"])
-            if theirs is not None:
-                deltas[str(r["seed"])] = _pass_at(runs, setting, arm, r["seed"], r["rounds"]) - theirs
+            if ours is not None and theirs is not None:
+                deltas[str(r["seed"])] = ours - theirs
         out[f"{key}_per_seed"] = deltas
         out[key] = sum(deltas.values()) / len(deltas) if deltas else None
     return out
