@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from engine.tasks.curriculum import entry_rung
-from lab.bench import swarm_learning, swarm_why
+from lab.bench import swarm_curves, swarm_learning, swarm_why
 from lab.bench.swarm_arm import node_specialties
 
 
@@ -20,25 +20,25 @@ def test_heterogeneous_nodes_cover_every_specialty_twice() -> None:
 
 def test_equal_cpu_reads_a_curve_between_measured_points_never_beyond() -> None:
     # the start, two runs of the same length (averaged: their difference is the judge's noise), a longer one
-    points = swarm_learning._merge_near(sorted([(0.0, 0.10), (300.0, 0.14), (310.0, 0.16), (700.0, 0.25)]))
+    points = swarm_curves._merge_near(sorted([(0.0, 0.10), (300.0, 0.14), (310.0, 0.16), (700.0, 0.25)]))
     assert [(c, round(v, 9)) for c, v in points] == [(0.0, 0.10), (305.0, 0.15), (700.0, 0.25)]
-    assert abs(swarm_learning.curve_at(points, 305.0) - 0.15) < 1e-12
-    assert abs(swarm_learning.curve_at(points, 502.5) - 0.20) < 1e-12  # halfway between 305 and 700
-    assert abs(swarm_learning.curve_at(points, 152.5) - 0.125) < 1e-12
-    assert swarm_learning.curve_at(points, 710.0) is not None  # within 2% of the longest run
-    assert swarm_learning.curve_at(points, 800.0) is None  # beyond it: not extrapolated
+    assert abs(swarm_curves.curve_at(points, 305.0) - 0.15) < 1e-12
+    assert abs(swarm_curves.curve_at(points, 502.5) - 0.20) < 1e-12  # halfway between 305 and 700
+    assert abs(swarm_curves.curve_at(points, 152.5) - 0.125) < 1e-12
+    assert swarm_curves.curve_at(points, 710.0) is not None  # within 2% of the longest run
+    assert swarm_curves.curve_at(points, 800.0) is None  # beyond it: not extrapolated
     curves = {("solo", "heterogeneous", 0): points, ("solo", "heterogeneous", 1): points}
     arm = {0: {"judged": [(502.5, 0.23)]}, 1: {"judged": [(305.0, 0.17)]}}
-    out = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "solo")
+    out = swarm_curves.equal_cpu(arm, curves, "heterogeneous", "solo")
     assert [round(d, 6) for d in out["delta_vs_solo_equal_cpu_per_seed"]] == [0.03, 0.02]
     assert abs(out["delta_vs_solo_equal_cpu_mean"] - 0.025) < 1e-12
     assert out["delta_vs_solo_equal_cpu_at_cpu"] == [502.5, 305.0]
     # a long arm whose end lies past the curve is read at its judge before, inside the curve
-    past = swarm_learning.equal_cpu({0: {"judged": [(305.0, 0.2), (750.0, 0.3)]}}, curves, "heterogeneous")
+    past = swarm_curves.equal_cpu({0: {"judged": [(305.0, 0.2), (750.0, 0.3)]}}, curves, "heterogeneous")
     assert past["delta_vs_solo_equal_cpu_at_cpu"] == [305.0] and abs(past["delta_vs_solo_equal_cpu_mean"] - 0.05) < 1e-9
-    longer = swarm_learning.equal_cpu({0: {"judged": [(900.0, 0.3)]}}, curves, "heterogeneous")
+    longer = swarm_curves.equal_cpu({0: {"judged": [(900.0, 0.3)]}}, curves, "heterogeneous")
     assert longer["delta_vs_solo_equal_cpu_per_seed"] == [None] and longer["delta_vs_solo_equal_cpu_mean"] is None
-    no_curve = swarm_learning.equal_cpu(arm, curves, "heterogeneous", "question")
+    no_curve = swarm_curves.equal_cpu(arm, curves, "heterogeneous", "question")
     assert no_curve["delta_vs_question_equal_cpu_per_seed"] == [None, None]
 
 
