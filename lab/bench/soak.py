@@ -26,8 +26,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from engine.control.client import ControlClient
+from engine.control.token import read_control_info, read_token
 from engine.paths import REPO_ROOT
+from engine.swarm.nats_server import free_port
 from lab import BENCH_DIR
+from lab.bench import soak_trace
+from lab.bench.soak_stats import fit_slope, floors, slope_se, theil_sen
 
 DESCRIPTION = "a node and two peers for hours: RSS, descriptors, threads, store and pool over time"
 LONG = True
@@ -47,70 +54,13 @@ def _wait_http(url: str, timeout_s: float = 60.0) -> None:
             time.sleep(0.3)
 
 
-def fit_slope(ts_h: list[float], values: list[float]) -> float:
-    """Least-squares slope of values over time (units per hour); 0 with fewer than 2 points."""
-    n = len(ts_h)
-    if n < 2:
-        return 0.0
-    mt, mv = sum(ts_h) / n, sum(values) / n
-    var = sum((t - mt) ** 2 for t in ts_h)
-    return sum((t - mt) * (v - mv) for t, v in zip(ts_h, values)) / var if var > 0 else 0.0
-
-
-def slope_se(ts_h: list[float], values: list[float]) -> float | None:
-    """Standard error of that slope (per hour): how far sample noise alone moves it."""
-    n = len(ts_h)
-    if n < 3:
-        return None
-    b = fit_slope(ts_h, values)
-    mt, mv = sum(ts_h) / n, sum(values) / n
-    resid = sum((v - mv - b * (t - mt)) ** 2 for t, v in zip(ts_h, values))
-    var = sum((t - mt) ** 2 for t in ts_h)
-    return (resid / (n - 2) / var) ** 0.5 if var > 0 else None
-
-
-def theil_sen(ts_h: list[float], values: list[float]) -> tuple[float, float, float] | None:
-    """Theil-Sen slope (units per hour) and Sen's 95% interval: (slope, low, high); None with fewer
-    than 3 points. The interval ignores ties, so it is a little wider than it need be."""
-    n = len(ts_h)
-    if n < 3:
-        return None
-    slopes = sorted((values[j] - values[i]) / (ts_h[j] - ts_h[i])
-                    for i in range(n) for j in range(i + 1, n) if ts_h[j] != ts_h[i])
-    if not slopes:
-        return None
-    count, mid = len(slopes), len(slopes) // 2
-    median = slopes[mid] if count % 2 else (slopes[mid - 1] + slopes[mid]) / 2
-    spread = 1.96 * (n * (n - 1) * (2 * n + 5) / 18) ** 0.5  # Kendall's S under no trend
-    low = slopes[max(0, round((count - spread) / 2) - 1)]
-    high = slopes[min(count - 1, round((count + spread) / 2))]
-    return median, low, high
-
-
-def floors(ts_h: list[float], values: list[float], window_h: float) -> tuple[list[float], list[float]]:
-    """The lowest value in each `window_h` window (at the window's middle): RSS breathes by tens of
-    MiB within a round (activations, batches); a leak lifts the floor."""
-    if not ts_h:
-        return [], []
-    out_t, out_v, start = [], [], ts_h[0]
-    while start <= ts_h[-1]:
-        chunk = [v for t, v in zip(ts_h, values) if start <= t < start + window_h]
-        if chunk:
-            out_t.append(start + window_h / 2)
-            out_v.append(min(chunk))
-        start += window_h
-    return out_t, out_v
-
-
 async def _node_status(data_dir: Path) -> dict[str, Any]:
-    from engine.control.client import ControlClient
-    from engine.control.token import read_control_info, read_token
-
     info = read_control_info(data_dir)
     if info is None:
         return {}
     async with ControlClient(info.url, read_token(data_dir), timeout_s=10.0) as client:
-        return await client.call("status")
+        status: dict[str, Any] = await client.call("status")
+        return status
 
 
 def _store_mib(data_dir: Path) -> float:
@@ -140,8 +90,6 @@ def rss_parts(pid: int) -> dict[str, float] | None:
 
 
 def _sample(t0: float, node: Any, data_dir: Path, others: dict[str, Any]) -> dict[str, Any]:
-    import psutil
-
     proc = psutil.Process(node.pid)
     try:
         status = asyncio.run(_node_status(data_dir))
@@ -174,57 +122,21 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
     if minutes <= warmup_minutes or sample_every_s <= 0:
         raise ValueError("minutes must exceed warmup_minutes, and sample_every_s must be > 0")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-
-    def started(proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
-        import psutil
-
-        psutil.Process(proc.pid).nice(nice)  # its children (none today) would inherit it
-        return proc
-
-    from engine.swarm.nats_server import free_port
-
     port = free_port()
     procs: dict[str, subprocess.Popen[bytes]] = {}
     samples: list[dict[str, Any]] = []
-    crashed = ""
     with tempfile.TemporaryDirectory(prefix="sapo-soak-") as tmp:
+        trace_dir = Path(tmp) / "trace"
         try:
-            procs["bootstrap"] = started(subprocess.Popen(
+            procs["bootstrap"] = _started(subprocess.Popen(
                 [sys.executable, "-m", "engine", "bootstrap", "--host", "127.0.0.1", "--port", str(port),
                  "--nats-port", "0", "--nats-ws-port", "0"],
-                cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), nice)
             _wait_http(f"http://127.0.0.1:{port}/status")
-            dirs = [Path(tmp) / f"n{i}" for i in range(3)]
-            trace_dir = Path(tmp) / "trace"
             # tracing starts after the warm-up (and a minute for start-up, slower when traced)
-            first_s = warmup_minutes * 60 + 60
-            for i, data_dir in enumerate(dirs):
-                traced = i == 0 and trace_every_s > 0
-                launcher = (["-m", "lab.bench.soak_trace", str(trace_dir), str(first_s), str(trace_every_s), "--"]
-                            if traced else ["-m", "engine"])
-                cmd = [sys.executable, *launcher, "run", "--headless", "--model", model, "--data-dir",
-                       str(data_dir), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
-                       "127.0.0.1:0", "--seed", str(i)] + (["--control"] if i == 0 else [])
-                log = open(Path(tmp) / f"n{i}.log", "wb")  # noqa: SIM115 -- closed with the process
-                procs["node" if i == 0 else f"peer{i}"] = started(subprocess.Popen(
-                    cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-            node, others = procs["node"], {k: v for k, v in procs.items() if k != "node"}
-            deadline = time.monotonic() + 60
-            while not (dirs[0] / "control.json").exists() and time.monotonic() < deadline:
-                time.sleep(0.5)
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < minutes * 60:
-                dead = [name for name, p in procs.items() if p.poll() is not None]
-                if dead:
-                    crashed = f"{', '.join(dead)} exited (node log tail: " \
-                              f"{(Path(tmp) / 'n0.log').read_bytes()[-1500:].decode(errors='replace')})"
-                    break
-                samples.append(_sample(t0, node, dirs[0], others))
-                s = samples[-1]
-                print(f"soak {s['t_s'] / 60:6.1f} min  round {s['round']}  rss {s['rss_mib']:.1f} MiB  "
-                      f"fds {s['fds']}  threads {s['threads']}  store {s['store_mib']:.2f} MiB  "
-                      f"pool {s['pool_size']}", flush=True)
-                time.sleep(max(0.0, sample_every_s - (time.monotonic() - t0 - s["t_s"])))
+            trace = (trace_dir, warmup_minutes * 60 + 60, trace_every_s) if trace_every_s > 0 else None
+            dirs = _start_nodes(Path(tmp), port, model, env, nice, trace, procs)
+            crashed = _sample_until(procs, dirs[0], Path(tmp) / "n0.log", minutes, sample_every_s, samples)
         finally:
             for p in procs.values():
                 if p.poll() is None:
@@ -236,14 +148,58 @@ def run(out_dir: Path = BENCH_DIR, minutes: float = 120.0, warmup_minutes: float
                     p.kill()
         python_growth = None
         if trace_every_s > 0 and (trace_dir / "latest.snap").exists():
-            from lab.bench.soak_trace import growth
-
-            python_growth = growth(trace_dir / "first.snap", trace_dir / "latest.snap")
+            python_growth = soak_trace.growth(trace_dir / "first.snap", trace_dir / "latest.snap")
     result = summarize(samples, minutes, warmup_minutes, model, crashed)
     if trace_every_s > 0:
         result["python_growth"] = python_growth  # None: the run ended before two snapshots
         return write(result, out_dir, name="soak_trace")
     return write(result, out_dir)
+
+
+def _started(proc: subprocess.Popen[bytes], nice: int) -> subprocess.Popen[bytes]:
+    psutil.Process(proc.pid).nice(nice)  # its children (none today) would inherit it
+    return proc
+
+
+def _start_nodes(tmp: Path, port: int, model: str, env: dict[str, str], nice: int,
+                 trace: tuple[Path, float, float] | None, procs: dict[str, subprocess.Popen[bytes]]) -> list[Path]:
+    """The measured node (with its control API; under tracemalloc where `trace` = (dir, first_s,
+    every_s)) and two peers, all on the bootstrap at `port`, into `procs`; returns their data dirs."""
+    dirs = [tmp / f"n{i}" for i in range(3)]
+    for i, data_dir in enumerate(dirs):
+        launcher = ["-m", "engine"]
+        if i == 0 and trace is not None:
+            launcher = ["-m", "lab.bench.soak_trace", *(str(x) for x in trace), "--"]
+        cmd = [sys.executable, *launcher, "run", "--headless", "--model", model, "--data-dir",
+               str(data_dir), "--bootstrap", f"ws://127.0.0.1:{port}", "--no-mdns", "--listen",
+               "127.0.0.1:0", "--seed", str(i)] + (["--control"] if i == 0 else [])
+        log = open(tmp / f"n{i}.log", "wb")  # noqa: SIM115 -- closed with the process
+        procs["node" if i == 0 else f"peer{i}"] = _started(subprocess.Popen(
+            cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), nice)
+    return dirs
+
+
+def _sample_until(procs: dict[str, subprocess.Popen[bytes]], data_dir: Path, node_log: Path, minutes: float,
+                  sample_every_s: float, samples: list[dict[str, Any]]) -> str:
+    """Sample the node every `sample_every_s` for `minutes` into `samples` -> "" or, where a process
+    exited, which one and the node log's tail."""
+    node, others = procs["node"], {k: v for k, v in procs.items() if k != "node"}
+    deadline = time.monotonic() + 60
+    while not (data_dir / "control.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < minutes * 60:
+        dead = [name for name, p in procs.items() if p.poll() is not None]
+        if dead:
+            return f"{', '.join(dead)} exited (node log tail: " \
+                   f"{node_log.read_bytes()[-1500:].decode(errors='replace')})"
+        samples.append(_sample(t0, node, data_dir, others))
+        s = samples[-1]
+        print(f"soak {s['t_s'] / 60:6.1f} min  round {s['round']}  rss {s['rss_mib']:.1f} MiB  "
+              f"fds {s['fds']}  threads {s['threads']}  store {s['store_mib']:.2f} MiB  "
+              f"pool {s['pool_size']}", flush=True)
+        time.sleep(max(0.0, sample_every_s - (time.monotonic() - t0 - s["t_s"])))
+    return ""
 
 
 def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: float, model: str,
@@ -252,17 +208,10 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
     ts_h = [s["t_s"] / 3600 for s in after]
 
     def slope(key: str) -> float:
-        pairs = [(t, s[key]) for t, s in zip(ts_h, after) if s.get(key) is not None]
-        return fit_slope([p[0] for p in pairs], [p[1] for p in pairs])
+        return _slope(ts_h, after, key)
 
     def growth(key: str) -> float:
-        """Median of the last tenth minus median of the first tenth (a link opening for a moment
-        is not growth)."""
-        if len(after) < 2:
-            return 0.0
-        tenth = max(1, len(after) // 10)
-        first, last = sorted(s[key] for s in after[:tenth]), sorted(s[key] for s in after[-tenth:])
-        return float(last[len(last) // 2] - first[len(first) // 2])
+        return _growth(after, key)
 
     rss = [s["rss_mib"] for s in after]
     window_h = max(5.0 / 60, (minutes - warmup_minutes) / 60 / 24)  # >= 24 windows, each >= 5 min
@@ -276,7 +225,7 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
     put_errors = [s["board_put_errors"] for s in after if isinstance(s.get("board_put_errors"), int)]
     rounds = [s["round"] for s in samples if isinstance(s.get("round"), int)]
     pools = [s["pool_size"] for s in samples if isinstance(s.get("pool_size"), int)]
-    result = {
+    result: dict[str, Any] = {
         "model": model, "minutes": minutes, "warmup_minutes": warmup_minutes, "samples": samples,
         "rounds": (rounds[-1] - rounds[0]) if len(rounds) > 1 else 0,
         # judged: Theil-Sen on the floors (see the module docstring), least squares with under 3 floors
@@ -307,6 +256,22 @@ def summarize(samples: list[dict[str, Any]], minutes: float, warmup_minutes: flo
                             and result["fd_growth"] <= 0 and result["thread_growth"] <= 0
                             and (board_share is None or board_share >= BOARD_CONNECTED_TARGET))
     return result
+
+
+def _slope(ts_h: list[float], after: list[dict[str, Any]], key: str) -> float:
+    """Least-squares slope per hour of `key` over the samples that have it."""
+    pairs = [(t, s[key]) for t, s in zip(ts_h, after) if s.get(key) is not None]
+    return fit_slope([p[0] for p in pairs], [p[1] for p in pairs])
+
+
+def _growth(after: list[dict[str, Any]], key: str) -> float:
+    """Median of the last tenth minus median of the first tenth (a link opening for a moment is not
+    growth)."""
+    if len(after) < 2:
+        return 0.0
+    tenth = max(1, len(after) // 10)
+    first, last = sorted(s[key] for s in after[:tenth]), sorted(s[key] for s in after[-tenth:])
+    return float(last[len(last) // 2] - first[len(first) // 2])
 
 
 def _rounds_by_half(after: list[dict[str, Any]]) -> list[float]:

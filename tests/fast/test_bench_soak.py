@@ -7,39 +7,39 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench import soak
+from lab.bench import soak, soak_stats
 
 
 def test_slope_and_its_error_on_a_known_line() -> None:
     ts = [i / 10 for i in range(50)]
-    assert soak.fit_slope(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(2.0)
-    assert soak.slope_se(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(0.0, abs=1e-9)
+    assert soak_stats.fit_slope(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(2.0)
+    assert soak_stats.slope_se(ts, [3.0 + 2.0 * t for t in ts]) == pytest.approx(0.0, abs=1e-9)
     noisy = [3.0 + (1 if i % 2 else -1) for i in range(50)]
-    assert soak.fit_slope(ts, noisy) == pytest.approx(0.0, abs=0.2)
-    assert soak.slope_se(ts, noisy) > 0
-    assert soak.slope_se(ts[:2], noisy[:2]) is None
+    assert soak_stats.fit_slope(ts, noisy) == pytest.approx(0.0, abs=0.2)
+    assert soak_stats.slope_se(ts, noisy) > 0
+    assert soak_stats.slope_se(ts[:2], noisy[:2]) is None
 
 
 def test_floors_ignore_the_sawtooth_and_follow_a_leak() -> None:
     ts = [i / 100 for i in range(300)]  # 3 h, a sample every 36 s
     breathing = [500 + (40 if i % 3 else 0) for i in range(300)]  # +40 MiB spikes, flat floor
-    t, v = soak.floors(ts, breathing, 0.25)
+    t, v = soak_stats.floors(ts, breathing, 0.25)
     assert len(t) == 12 and set(v) == {500}
     leaking = [b + 5 * x for b, x in zip(breathing, ts)]  # 5 MiB/h under the same spikes
-    t, v = soak.floors(ts, leaking, 0.25)
-    assert soak.fit_slope(t, v) == pytest.approx(5.0, abs=0.3)
+    t, v = soak_stats.floors(ts, leaking, 0.25)
+    assert soak_stats.fit_slope(t, v) == pytest.approx(5.0, abs=0.3)
 
 
 def test_theil_sen_ignores_one_dipped_window_but_not_a_steady_leak() -> None:
     t = [(12.5 + 5 * i) / 60 for i in range(22)]  # 22 floors of 5-min windows after a 10-min warm-up
     dipped = [481.2, 475.6] + [482.9] * 20  # flat, but for one low window just after the warm-up
-    assert soak.fit_slope(t, dipped) > 1.0  # least squares reads the dip as +1.2 MiB/h of growth
-    slope, low, high = soak.theil_sen(t, dipped)
+    assert soak_stats.fit_slope(t, dipped) > 1.0  # least squares reads the dip as +1.2 MiB/h of growth
+    slope, low, high = soak_stats.theil_sen(t, dipped)
     assert slope == pytest.approx(0.0) and low <= slope <= high
     leak = [480 + 3.0 * x + (0.4 if i % 2 else -0.4) for i, x in enumerate(t)]  # 3 MiB/h under noise
-    slope, low, high = soak.theil_sen(t, leak)
+    slope, low, high = soak_stats.theil_sen(t, leak)
     assert slope == pytest.approx(3.0, abs=0.5) and low > 1.0  # a leak is not explained away
-    assert soak.theil_sen(t[:2], leak[:2]) is None
+    assert soak_stats.theil_sen(t[:2], leak[:2]) is None
 
 
 def test_the_judged_slope_is_the_robust_one_with_least_squares_beside_it() -> None:
