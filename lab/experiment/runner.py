@@ -16,10 +16,14 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine.evaluation import evaluate
 from engine.sapo.step import PoolExchange, step
+from engine.tasks.library import heldout
+from engine.tasks.library import preset as mix_preset
 from lab.experiment import measures
 from lab.experiment.agents import Agent, build_agents
 from lab.experiment.config import ArmConfig
@@ -60,10 +64,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _eval_report(agent: Agent, questions: list[Any], cfg: ArmConfig) -> dict[str, dict[str, float]]:
-    from dataclasses import asdict
-
-    from engine.evaluation import evaluate
-
     t = agent.trainer
     report = evaluate(t.model, t.tokenizer, questions, k=cfg.eval_k, sample_cfg=t.eval_sample_config(),
                       prompt_style=t.cfg.prompt_style, seed=cfg.eval_seed)
@@ -91,9 +91,6 @@ def _seed_eval(agent: Agent, questions: list[Any], cfg: ArmConfig, model_dir: st
 def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run one arm to completion and write its files under out_dir/<arm name>/ -> arm.json's content."""
-    from engine.tasks.library import heldout
-    from engine.tasks.library import preset as mix_preset
-
     arm_dir = out_dir / cfg.name
     arm_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -106,21 +103,8 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
     judge = heldout(mix, cfg.eval_per_specialty, cfg.eval_seed)
     eval_rounds = set(cfg.eval_rounds())
     rounds: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
-    base = {"setting": cfg.setting, "label": cfg.label}
-    covered = set().union(*(a.generates for a in agents))
-
-    def record_evals(round_no: int, reports: list[dict[str, dict[str, float]]]) -> None:
-        for agent, per in zip(agents, reports):
-            for name, s in sorted(per.items()):
-                # 1: the agent generates it; 0: only peers do; -1: nobody in this swarm does.
-                flag = 1 if name in agent.generates else (0 if name in covered else -1)
-                evals.append({**base, "seed": cfg.seed, "agent": agent.index, "round": round_no, "specialty": name,
-                              "generated": flag, "n_questions": s["n_questions"],
-                              "pass1": s["pass1"], "passk": s["passk"], "malformed_rate": s["malformed_rate"]})
-
     seed_report = _seed_eval(agents[0], judge, cfg, model_dir, cache_dir or out_dir)
-    record_evals(0, [seed_report] * len(agents))
+    evals = _eval_rows(cfg, agents, 0, [seed_report] * len(agents))
     order_rng = random.Random(f"order/{cfg.seed}")
     for round_no in range(1, cfg.rounds + 1):
         swarm.clock.now = float(round_no)
@@ -129,29 +113,9 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
         order = list(agents)
         if cfg.mode == "async":
             order_rng.shuffle(order)  # nobody is always first to see (or last to publish) a round
-        for agent in order:
-            t0 = time.perf_counter()
-            agent.start_round(round_no)
-            # nobody reads a solo swarm's groups: it publishes nothing (skips the re-scoring work)
-            publish = functools.partial(swarm.publish, agent.index) if cfg.external else None
-            exchange = PoolExchange(swarm.pools[agent.index], publish)
-            result = step(agent.trainer, exchange)
-            own = [list(g.rewards or ()) for g in result.local_groups]
-            used = [list(v.group.rewards or ()) for v in result.used_external]
-            reward_a, groups_trained = measures.trained_on_reward(own, used)
-            m = result.metrics
-            rounds.append({**base, "local": cfg.local, "external": cfg.external, "strategy": cfg.strategy,
-                           "kl_anchor": cfg.kl_anchor, "seed": cfg.seed, "agent": agent.index, "round": round_no,
-                           "policy_version": result.policy_version,
-                           "updated": int(m.get("rows_trained", 0.0) > 0),
-                           "own_groups": len(own), "own_mixed": sum(measures.has_signal(g) for g in own),
-                           "ext_candidates": exchange.offered, "ext_used": len(used),
-                           "groups_trained": groups_trained, "reward_trained": round(reward_a, 6),
-                           "reward_generated": round(measures.generated_reward(own), 6),
-                           "rows_trained": int(m.get("rows_trained", 0.0)), "loss": round(m.get("loss", 0.0), 6),
-                           "kl": round(m.get("kl", 0.0), 6), "seconds": round(time.perf_counter() - t0, 3)})
+        rounds += [_agent_round(cfg, agent, round_no, swarm) for agent in order]
         if round_no in eval_rounds:
-            record_evals(round_no, [_eval_report(a, judge, cfg) for a in agents])
+            evals += _eval_rows(cfg, agents, round_no, [_eval_report(a, judge, cfg) for a in agents])
         if progress is not None and (round_no % 10 == 0 or round_no == cfg.rounds):
             progress(f"{cfg.name}: round {round_no}/{cfg.rounds} ({time.time() - start:.0f}s)")
         if round_no % 20 == 0 or round_no in eval_rounds:  # partial results survive a killed worker
@@ -165,6 +129,45 @@ def run_arm(cfg: ArmConfig, out_dir: Path, model_dir: str, *, cache_dir: Path | 
                    generates={str(a.index): sorted(a.generates) for a in agents})
     _write_json(arm_dir / "arm.json", summary)
     return summary
+
+
+def _agent_round(cfg: ArmConfig, agent: Agent, round_no: int, swarm: InMemorySwarm) -> dict[str, Any]:
+    """One agent's round step through its own pool in the swarm -> its rounds.csv row."""
+    t0 = time.perf_counter()
+    agent.start_round(round_no)
+    # nobody reads a solo swarm's groups: it publishes nothing (skips the re-scoring work)
+    publish = functools.partial(swarm.publish, agent.index) if cfg.external else None
+    exchange = PoolExchange(swarm.pools[agent.index], publish)
+    result = step(agent.trainer, exchange)
+    own = [list(g.rewards or ()) for g in result.local_groups]
+    used = [list(v.group.rewards or ()) for v in result.used_external]
+    reward_a, groups_trained = measures.trained_on_reward(own, used)
+    m = result.metrics
+    return {"setting": cfg.setting, "label": cfg.label, "local": cfg.local, "external": cfg.external,
+            "strategy": cfg.strategy, "kl_anchor": cfg.kl_anchor, "seed": cfg.seed, "agent": agent.index,
+            "round": round_no, "policy_version": result.policy_version,
+            "updated": int(m.get("rows_trained", 0.0) > 0),
+            "own_groups": len(own), "own_mixed": sum(measures.has_signal(g) for g in own),
+            "ext_candidates": exchange.offered, "ext_used": len(used),
+            "groups_trained": groups_trained, "reward_trained": round(reward_a, 6),
+            "reward_generated": round(measures.generated_reward(own), 6),
+            "rows_trained": int(m.get("rows_trained", 0.0)), "loss": round(m.get("loss", 0.0), 6),
+            "kl": round(m.get("kl", 0.0), 6), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _eval_rows(cfg: ArmConfig, agents: list[Agent], round_no: int,
+               reports: list[dict[str, dict[str, float]]]) -> list[dict[str, Any]]:
+    """evals.csv's rows of one eval round: each agent's result per specialty."""
+    covered = set().union(*(a.generates for a in agents))
+    rows = []
+    for agent, per in zip(agents, reports):
+        for name, s in sorted(per.items()):
+            # 1: the agent generates it; 0: only peers do; -1: nobody in this swarm does.
+            flag = 1 if name in agent.generates else (0 if name in covered else -1)
+            rows.append({"setting": cfg.setting, "label": cfg.label, "seed": cfg.seed, "agent": agent.index,
+                         "round": round_no, "specialty": name, "generated": flag, "n_questions": s["n_questions"],
+                         "pass1": s["pass1"], "passk": s["passk"], "malformed_rate": s["malformed_rate"]})
+    return rows
 
 
 def arm_summary(cfg: ArmConfig, rounds: Sequence[dict[str, Any]], evals: Sequence[dict[str, Any]],
