@@ -29,6 +29,7 @@ from app.views.axes import (
     set_axis_ticks,
     stepped_range,
 )
+from app.views.curve import MAX_POINTS, MIN_POINTS, PX_PER_POINT, Curve
 from app.views.sources import SourcesCard
 from app.views.your_model import YourModelCard
 from engine.metrics import PLOTTED, Plot, panels
@@ -42,10 +43,6 @@ __all__ = ["MAX_POINTS", "MIN_POINTS", "PX_PER_POINT", "TICK_GAP_PX", "Dashboard
 # (measured: 1,000 rounds took ~0.9 s to draw with both, ~20 ms without): off, except where noted.
 # Pens are 1 px too: wider pens are stroked as paths, several times slower than plain lines.
 pg.setConfigOptions(antialias=False, background="w", foreground="#374151")
-MAX_POINTS = 400  # per curve; a plot is a few hundred pixels wide
-# Fewer on narrow plots: a point every pixel or two of a noisy series is a solid block of colour.
-PX_PER_POINT = 3
-MIN_POINTS = 64
 BOUNDED = (-0.02, 1.02)  # plots of fractions and rewards keep this y range (0..1, the edges visible)
 COLUMNS = 4
 # The grid in reading order: panel -> (columns it spans, redraw group: see `_make_curves`). The wide
@@ -57,39 +54,6 @@ GRID: dict[str, tuple[int, int]] = {
 DERIVED_TITLES = {"specialty": "Reward per specialty (moving average)", "cumulative": "Cumulative reward",
                   "phase": "Seconds per phase", "eval": "Held-out questions solved"}
 SERIES_DOCS = {plot.series: metric.doc for metric, plot in PLOTTED}
-
-
-class _Curve:
-    """A plot curve bound to a ring buffer; `sync` uploads only when the ring changed."""
-
-    def __init__(self, plot: pg.PlotItem, ring: Ring, color: str, width: float = 1.0,
-                 name: str | None = None, antialias: bool = False, max_points: int = MAX_POINTS,
-                 style: Qt.PenStyle = Qt.PenStyle.SolidLine) -> None:
-        self.ring = ring
-        self.color = color
-        self.max_points = max_points
-        self.item = plot.plot(pen=pg.mkPen(color, width=width, style=style), name=name, antialias=antialias)
-        self.plot = plot
-        self._version = -1
-        self.xs, self.ys = np.zeros(0), np.zeros(0)  # what is drawn
-        self._marked = False  # drawn as a dot (one point so far)
-
-    def sync(self) -> bool:
-        if self.ring.version == self._version:
-            return False
-        self._version = self.ring.version
-        # the whole history as bucket means: bounded by the plot's width, readable at 100,000 rounds
-        points = min(self.max_points, max(MIN_POINTS, int(self.plot.vb.width() / PX_PER_POINT)))
-        self.xs, self.ys = self.ring.summary.means(points)
-        self.item.setData(self.xs, self.ys)
-        single = len(self.xs) == 1  # a line through one point draws nothing: the first round, the baseline eval
-        if single != self._marked:
-            self._marked = single
-            self.item.setSymbol("o" if single else None)
-            self.item.setSymbolSize(6)
-            self.item.setSymbolPen(None)
-            self.item.setSymbolBrush(self.color)
-        return True
 
 
 NEW_CURVES_PER_REFRESH = 2  # a new curve costs a few ms to make: the first round's dozen are spread out
@@ -157,8 +121,8 @@ class DashboardView(QWidget):
     def __init__(self, model: DashboardModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
-        self._specialty_curves: dict[str, _Curve] = {}
-        self._phase_curves: dict[str, _Curve] = {}
+        self._specialty_curves: dict[str, Curve] = {}
+        self._phase_curves: dict[str, Curve] = {}
         self.redraws = 0  # curve uploads so far (tests and the bench read it)
 
         layout = QVBoxLayout(self)
@@ -226,28 +190,28 @@ class DashboardView(QWidget):
         """The fixed curves, bound to the model's series, in the redraw groups (`refresh`)."""
         model = self.model
         s = model.series
-        raw = _Curve(self.reward_plot, s[REWARD], "#93c5fd", 1.0, "per round")
+        raw = Curve(self.reward_plot, s[REWARD], "#93c5fd", 1.0, "per round")
         # the band's edges are drawn in the fill colour and coarse: the fill is the costliest thing drawn
-        lo = _Curve(self.reward_plot, s["reward_lo"], "#dbeafe", max_points=160)
-        hi = _Curve(self.reward_plot, s["reward_hi"], "#dbeafe", max_points=160)
+        lo = Curve(self.reward_plot, s["reward_lo"], "#dbeafe", max_points=160)
+        hi = Curve(self.reward_plot, s["reward_hi"], "#dbeafe", max_points=160)
         self.band = pg.FillBetweenItem(lo.item, hi.item, brush=pg.mkBrush("#dbeafe"))  # opaque, under the lines
         for item in (self.band, lo.item, hi.item):
             item.setZValue(-10)
         self.reward_plot.addItem(self.band)
-        avg = _Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.0, f"{model.window}-round average",
+        avg = Curve(self.reward_plot, s["reward_avg"], PLOT_COLORS[0], 2.0, f"{model.window}-round average",
                      antialias=True)
         # Redraw groups (group 1 also takes the per-specialty curves, group 2 the per-phase ones) say where
         # a curve is made; a refresh redraws one plot that changed (round robin), so that a tick costs one
         # plot's upload and repaint, not a third of the dashboard's (a third was still 20-28 ms ticks at
         # seed speed), and each plot still updates within a dozen ticks (~3 s).
-        self._groups: list[list[_Curve]] = [[raw, lo, hi, avg, _Curve(self.cumulative_plot, s["cumulative"],
+        self._groups: list[list[Curve]] = [[raw, lo, hi, avg, Curve(self.cumulative_plot, s["cumulative"],
                                                                       PLOT_COLORS[1])], [], []]
-        self.metric_curves: dict[str, _Curve] = {}  # series -> its curve, for each registry metric drawn
+        self.metric_curves: dict[str, Curve] = {}  # series -> its curve, for each registry metric drawn
         for _, plot in self.model.plotted:
             if plot.series != REWARD:  # the reward's curves are above
                 self._metric_curve(plot)
-        self._groups[GRID["eval"][1]] += [_Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name=EVAL_ONE),
-                                          _Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name=EVAL_ANY)]
+        self._groups[GRID["eval"][1]] += [Curve(self.eval_plot, s["pass1"], PLOT_COLORS[0], name=EVAL_ONE),
+                                          Curve(self.eval_plot, s["passk"], PLOT_COLORS[1], name=EVAL_ANY)]
         self._curves = [c for group in self._groups for c in group]
         # The format warm-up's two curves by name: its own panel, apart from the correctness reward.
         self.format_rate, self.format_weight = (self.metric_curves[k] for k in ("format_rate", "format_weight"))
@@ -258,7 +222,7 @@ class DashboardView(QWidget):
         fewest = min(range(len(self._groups)), key=lambda g: len(self._groups[g]))
         group = GRID[plot.panel][1] if plot.panel in GRID else fewest
         style = Qt.PenStyle.DashLine if plot.dashed else Qt.PenStyle.SolidLine
-        curve = _Curve(self.panel_plots[plot.panel], self.model.series[plot.series],
+        curve = Curve(self.panel_plots[plot.panel], self.model.series[plot.series],
                        PLOT_COLORS[plot.color % len(PLOT_COLORS)], name=plot.legend or None, style=style)
         self.metric_curves[plot.series] = curve
         self._groups[group].append(curve)
@@ -312,13 +276,13 @@ class DashboardView(QWidget):
     def _shown_range(self, plot: pg.PlotItem) -> tuple[tuple[float, float], tuple[float, float]]:
         return self._ranges.get((id(plot), "x"), (0.0, 10.0)), self._ranges.get((id(plot), "y"), (0.0, 1.0))
 
-    def _dynamic(self, curves: dict[str, _Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int,
+    def _dynamic(self, curves: dict[str, Curve], rings: dict[str, Ring], plot: pg.PlotItem, group: int,
                  budget: int, known: tuple[str, ...]) -> int:
         """Curves for names seen for the first time, at most `budget` of them (the rest at the next
         refresh: the first round brings a dozen at once); returns how many were made."""
         new = [(name, ring) for name, ring in rings.items() if name not in curves][:budget]
         for name, ring in new:
-            curves[name] = _Curve(plot, ring, series_color(name, known), name=task_name(name))
+            curves[name] = Curve(plot, ring, series_color(name, known), name=task_name(name))
             self._groups[group].append(curves[name])
             self._curves.append(curves[name])  # its plot's ranges follow it too
         if new:  # one title change for all of them
