@@ -248,7 +248,7 @@ def test_a_tls_bootstrap_restarted_under_its_nodes_takes_them_back_over_tls_with
     stranger = Node(swarm_config(listen=False, bootstrap_urls=(boot.url,), ca_file=str(wrong_ca)))
 
     def on_tls_board() -> bool:
-        return all(n.service.board.connected and n.service.board.credential is not None and
+        return all(_on_board(n) and n.service.board.credential is not None and
                    n.service.board.urls[0].startswith("tls://") for n in nodes)
 
     async def exchange(seed: int) -> None:
