@@ -152,7 +152,7 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
     import asyncio
     import signal
 
-    from engine.swarm.board_warden import Warden, WardenConfig, run_warden
+    from engine.swarm.board_warden import BANS_FILE, Warden, WardenConfig, run_warden
     from engine.swarm.bootstrap import BootstrapServer
     from engine.swarm.nats_auth import user_nkey_of
     from engine.swarm.nats_board import keep_board_stream
@@ -163,7 +163,8 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)  # graceful: peers get a bye
     # a revoked key stays out at least until every credential issued to it before has expired
-    warden = Warden(WardenConfig(ban_s=max(3600.0, args.credential_ttl))) if nats is not None else None
+    bans = Path(args.data_dir) / BANS_FILE if args.data_dir else None  # a restart lifts no ban
+    warden = Warden(WardenConfig(ban_s=max(3600.0, args.credential_ttl)), store=bans) if nats is not None else None
 
     def issue(peer_id: str) -> Any:
         if warden is not None and warden.banned(user_nkey_of(peer_id)):

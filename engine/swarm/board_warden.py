@@ -8,7 +8,8 @@ to its address, and revokes a user that goes over budget: the nodes' account JWT
 that key in its revocation list and pushed to the server through the system account, which closes the
 user's connections and refuses every credential of that key issued before then. The bootstrap issues
 that key nothing more for `ban_s`. An address over its budget has all its users revoked: identities
-are free, addresses are not.
+are free, addresses are not. Bans are kept in a file (the bootstrap's data dir) and pushed again to a
+server that starts afresh: a restart (of the bootstrap, or of its nats-server) lifts none of them.
 
 `Warden` judges (sans-I/O, on hand-built connection tables in tests); `run_warden` is the glue.
 """
@@ -23,6 +24,7 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from engine.swarm.identity import b64url
@@ -31,6 +33,7 @@ from engine.swarm.nats_auth import Authority, connect_options, nkey_public
 from engine.swarm.nats_board import admin_board, quiet_errors
 
 MiB = 1 << 20
+BANS_FILE = "board-bans.json"  # in the bootstrap's data dir: user NKey -> banned until (unix time)
 
 
 @dataclass(frozen=True)
@@ -72,15 +75,20 @@ def _count(value: object) -> int:
 class Warden:
     """Charges connection-table deltas to users and addresses; says who went over. Not thread-safe."""
 
-    def __init__(self, cfg: WardenConfig | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, cfg: WardenConfig | None = None, clock: Callable[[], float] = time.monotonic,
+                 store: Path | None = None, wall: Callable[[], float] = time.time) -> None:
         self.cfg = cfg = cfg or WardenConfig()
-        self.clock = clock
+        self.clock, self.wall = clock, wall
+        self.store = store  # where bans outlive a restart (None: in memory only)
+        self.store_error = ""  # why the last save failed ("" when it worked): bans still hold in memory
         self._seen: OrderedDict[int, tuple[int, int]] = OrderedDict()  # cid -> (in_msgs, in_bytes) last read
         self._user_bytes = KeyedBuckets(cfg.user_bytes_per_s, cfg.user_burst_bytes, cfg.max_tracked)
         self._user_msgs = KeyedBuckets(cfg.user_msgs_per_s, cfg.user_burst_msgs, cfg.max_tracked)
         self._address_bytes = KeyedBuckets(cfg.address_bytes_per_s, cfg.address_burst_bytes, cfg.max_tracked)
         self._banned: OrderedDict[str, float] = OrderedDict()  # user NKey -> banned until (clock)
         self.revoked = 0
+        if store is not None:
+            self._load(store)
 
     def observe(self, connections: Sequence[object]) -> list[Offence]:
         """One read of the connection table (connz's `connections`) -> users to revoke now."""
@@ -111,15 +119,48 @@ class Warden:
         while len(self._seen) > self.cfg.max_tracked:
             self._seen.popitem(last=False)
         for offence in offences.values():
-            self.ban(offence.user, now)
+            self._ban(offence.user, now)
+        if offences:
+            self._save()
         return list(offences.values())
 
     def ban(self, user: str, now: float) -> None:
+        self._ban(user, now)
+        self._save()
+
+    def _ban(self, user: str, now: float) -> None:
         self._banned.pop(user, None)
         self._banned[user] = now + self.cfg.ban_s
         self.revoked += 1
         while len(self._banned) > self.cfg.max_tracked:
             self._banned.popitem(last=False)
+
+    def _load(self, path: Path) -> None:
+        """Bans a previous run saved; anything unreadable is skipped (a missing file: none)."""
+        try:
+            data = json.loads(path.read_bytes()[:64 * MiB])
+        except (OSError, ValueError):
+            return
+        if not isinstance(data, dict):
+            return
+        now, wall = self.clock(), self.wall()
+        for user, until in list(data.items())[-self.cfg.max_tracked:]:
+            if isinstance(user, str) and isinstance(until, (int, float)) and not isinstance(until, bool) \
+                    and until > wall:
+                self._banned[user] = now + min(until - wall, self.cfg.ban_s)
+
+    def _save(self) -> None:
+        if self.store is None:
+            return
+        now, wall = self.clock(), self.wall()
+        data = {user: round(wall + until - now, 1) for user, until in self._banned.items() if until > now}
+        tmp = self.store.with_name(self.store.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            tmp.replace(self.store)
+            self.store_error = ""
+        except OSError as exc:  # a full disk must not stop the revocation itself
+            self.store_error = str(exc) or type(exc).__name__
 
     def banned(self, user: str) -> bool:
         until = self._banned.get(user)
@@ -160,34 +201,51 @@ async def push_revocations(nc: Any, authority: Authority, revocations: dict[str,
 async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str], authority: Authority,
                      log: Callable[[str, str], None], tls: ssl.SSLContext | None = None) -> None:
     """Forever: read the table, revoke whoever went over budget and take its frame off the board (a
-    flood's frame follows the largest gap on the board, so it would keep winning readers' draws)."""
+    flood's frame follows the largest gap on the board, so it would keep winning readers' draws). The
+    revocation list goes to the server again whenever it may have forgotten it: at the warden's start
+    (bans kept from before a restart), and when the server restarted. A failed push or purge is retried."""
     import nats
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     system_key = Ed25519PrivateKey.generate()
     system_cred = authority.system_user(system_key)
-    options = connect_options(system_key.sign, lambda: system_cred) | ({"tls": tls} if tls is not None else {})
+    state = {"push": bool(warden.revocations(time.time()))}
+
+    async def server_restarted() -> None:  # a restarted server starts from its config: no revocations
+        state["push"] = True
+
+    options = (connect_options(system_key.sign, lambda: system_cred) | ({"tls": tls} if tls is not None else {})
+               | {"reconnected_cb": server_restarted})
     system: Any = None
     board = admin_board(server_urls, authority, tls=tls)
+    unpurged: set[str] = set()  # revoked users whose frames are still to come off
     try:
         while True:
-            await asyncio.sleep(warden.cfg.every_s)
+            offences: list[Offence] = []
             try:
                 table = await asyncio.to_thread(read_connections, monitor_url, authority.account_nkey)
                 offences = warden.observe(table)
-                if not offences:
-                    continue
-                for offence in offences:
-                    log("warning", f"board: revoked node {offence.user[:12]}… at {offence.address}: {offence.why}")
-                if system is None or system.is_closed:
-                    system = await nats.connect(servers=list(server_urls), error_cb=quiet_errors, **options)
-                await push_revocations(system, authority, warden.revocations(time.time()))
-                if board.nc is None or board.nc.is_closed:  # first offence, or the server came back
-                    await board.connect()
-                for offence in offences:
-                    await board.remove(b64url(nkey_public(offence.user)[1]))
-            except Exception as exc:  # noqa: BLE001 -- the monitor or the server is away: try again next time
-                log("warning", f"board: the warden could not read or act ({str(exc) or type(exc).__name__})")
+            except Exception as exc:  # noqa: BLE001 -- the monitor is away: bans kept still go out below
+                log("warning", f"board: the warden could not read the connection table ({str(exc) or type(exc).__name__})")
+            for offence in offences:
+                log("warning", f"board: revoked node {offence.user[:12]}… at {offence.address}: {offence.why}")
+            unpurged |= {offence.user for offence in offences}
+            state["push"] = state["push"] or bool(offences)
+            try:
+                if state["push"] and warden.revocations(time.time()):  # until a push goes through
+                    if system is None or system.is_closed:
+                        system = await nats.connect(servers=list(server_urls), error_cb=quiet_errors, **options)
+                    await push_revocations(system, authority, warden.revocations(time.time()))
+                    state["push"] = False
+                if unpurged:
+                    if board.nc is None or board.nc.is_closed:  # first offence, or the server came back
+                        await board.connect()
+                    for user in sorted(unpurged):
+                        await board.remove(b64url(nkey_public(user)[1]))
+                        unpurged.discard(user)
+            except Exception as exc:  # noqa: BLE001 -- the server is away: try again next time
+                log("warning", f"board: the warden could not act ({str(exc) or type(exc).__name__})")
+            await asyncio.sleep(warden.cfg.every_s)
     finally:
         await board.close()
         if system is not None and not system.is_closed:

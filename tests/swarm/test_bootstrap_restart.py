@@ -333,3 +333,42 @@ def test_nodes_reconnecting_to_a_restarted_address_refuse_a_certificate_from_ano
                 await node.service.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(90)
+def test_a_node_revoked_before_a_restart_stays_revoked_after_it(bootstrap_factory: Any) -> None:
+    """The warden revokes a flooder (over `sapo bootstrap`'s 1 MiB/s, 16 MiB burst); a restart with the
+    same --data-dir must not lift the ban: its credential from before is refused, it gets no new one."""
+    boot = bootstrap_factory()
+    boot.start()
+    flooder = Identity.generate()
+
+    async def flood() -> Credential:
+        cred = Credential(*await credential_from_bootstrap(boot.url, flooder))
+        board = await _board([boot.board_url], flooder, cred)
+        deadline = time.monotonic() + 30
+        try:
+            while not board.closed.is_set():  # ~10 MiB/s: over the burst in ~2 s, read every 2 s
+                assert time.monotonic() < deadline, f"the flooder was never revoked: {boot.log()}"
+                for _ in range(16):
+                    await board.nc.publish(f"sapo.rollouts.{flooder.peer_id}", b"y" * (60 * 1024))
+                await asyncio.sleep(0.1)
+        finally:
+            await board.close()
+        return cred
+
+    cred = asyncio.run(flood())
+    assert "revoked node" in boot.log()
+    boot.stop()
+    boot.start()
+
+    async def after() -> None:
+        with pytest.raises(ConnectError, match="Authorization|authorization"):
+            for _ in range(20):  # the first second after the start: the warden pushes its bans at once
+                board = await _board([boot.board_url], flooder, cred)
+                await board.close()
+                await asyncio.sleep(0.2)
+        with pytest.raises(TimeoutError):  # and the restarted bootstrap issues it nothing
+            await asyncio.wait_for(credential_from_bootstrap(boot.url, flooder), 3)
+
+    asyncio.run(after())

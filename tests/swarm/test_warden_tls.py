@@ -70,7 +70,7 @@ def test_the_warden_revokes_a_flooder_and_takes_its_frame_off_a_tls_board(pki: P
             else:
                 pytest.fail(f"the flooder's frame stayed on the board: {logs[-3:]}")
             assert await _frames_of(srv.url, auth, own_tls, honest.peer_id) == 1
-            assert any("revoked node" in m for m in logs) and not any("could not read or act" in m for m in logs)
+            assert any("revoked node" in m for m in logs) and not any("could not" in m for m in logs)
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
