@@ -15,6 +15,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from engine import tasks
+from engine.models.backends import load_for_node
+from engine.sapo.config import preset
+from engine.sapo.trainer import Trainer
 from lab import BENCH_DIR
 
 DESCRIPTION = "checkpoint write cost (seconds, MB) against a real round, seed and SmolLM2-135M LoRA"
@@ -22,13 +28,6 @@ LONG = True  # loads SmolLM2 and runs one of its rounds (~1 min)
 
 
 def _measure(model: str, work: Path, repeats: int) -> dict[str, Any]:
-    import torch
-
-    from engine import tasks
-    from engine.models.backends import load_for_node
-    from engine.sapo.config import preset
-    from engine.sapo.trainer import Trainer
-
     loaded = load_for_node(model, "auto", "cpu", work)
     cfg = preset("cpu-small" if model == "seed" else "cpu-real").replace(
         checkpoint_seconds=0.0, checkpoint_overhead=0.0, eval_every=0, eval_every_s=0.0)
@@ -56,8 +55,6 @@ def _measure(model: str, work: Path, repeats: int) -> dict[str, Any]:
 
 def run(out_dir: Path = BENCH_DIR, models: tuple[str, ...] | list[str] = ("seed", "smollm2-135m"),
         repeats: int = 5, threads: int = 1) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(threads)
     result: dict[str, Any] = {"threads": threads, "repeats": repeats, "models": {},
                               "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}

@@ -24,7 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from lab import BENCH_DIR
+from lab.bench.generate import round_trainer
 
 DESCRIPTION = "a SAPO round that trains on all 64 completions: HF + fp32 vs llama.cpp + fp32 vs llama.cpp + bf16"
 LONG = True  # several minutes per configuration on SmolLM2-135M
@@ -33,8 +36,6 @@ CONFIGS = {"hf-fp32": ("hf", "off"), "llamacpp-fp32": ("llamacpp", "off"), "llam
 
 def _round_phases(model: str, work: Path, threads: int, generator: str, autocast: str, rounds: int,
                   max_new_tokens: int) -> list[dict[str, float]]:
-    from lab.bench.generate import round_trainer
-
     flip = itertools.count()
     trainer, loaded = round_trainer(model, work, threads, generator, "paper", max_new_tokens,
                                     reward_fn=lambda q, c: float(next(flip) % 2), autocast=autocast)
@@ -48,8 +49,6 @@ def _round_phases(model: str, work: Path, threads: int, generator: str, autocast
 
 def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", threads: int = 1, rounds: int = 2,
         max_new_tokens: int = 128) -> dict[str, Any]:
-    import torch
-
     torch.set_num_threads(threads)
     result: dict[str, Any] = {"model": model, "threads": threads, "rounds": rounds, "max_new_tokens": max_new_tokens,
                               "torch": torch.__version__, "load_average_at_start": os.getloadavg()[0],

@@ -18,7 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from engine.models import fit
+from engine.models.catalog import spec_from_hf_config
 from engine.paths import SEED_MODEL_DIR
 from lab import BENCH_DIR
 
@@ -37,7 +40,6 @@ def _rss_bytes() -> int:
 
 def _child(model: str, threads: int) -> dict[str, Any]:
     """Runs inside the subprocess: one generation phase and one training step."""
-    import torch
     import transformers
 
     torch.set_num_threads(threads)
@@ -84,8 +86,6 @@ def measure(model: str, threads: int) -> dict[str, Any]:
     code = f"import json; from lab.bench.fit import _child; print(json.dumps(_child({model!r}, {threads})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=1800)
     child = json.loads(out.stdout.strip().splitlines()[-1])
-    from engine.models.catalog import spec_from_hf_config
-
     spec = spec_from_hf_config(child["config"], model)
     plan = fit.Plan("transformers", "fp32", True)
     terms = fit.estimate_bytes(spec, plan, SHAPE, "cpu")

@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.control.launcher import poll_engine, start_engine, stop_engine
+from engine.models.catalog import get, resolve_model_id
+from engine.models.policy import build_tiny_policy
 from engine.paths import REPO_ROOT, SEED_MODEL_DIR
 from lab import BENCH_DIR
 
@@ -30,7 +33,6 @@ GOAL_P99_MS = 16.0  # one 60 Hz frame
 def _model(tmp: Path) -> tuple[str, str]:
     if (SEED_MODEL_DIR / "config.json").exists():
         return "seed", "seed"
-    from engine.models.policy import build_tiny_policy
 
     path = build_tiny_policy(tmp / "tiny", hidden=128, layers=4, heads=4, intermediate=384)
     return str(path), "tiny random policy (no seed model installed)"
@@ -43,8 +45,6 @@ NO_EVALS = ["--set", "eval_every=0", "--set", "eval_every_s=0"]
 
 def _one(model: str, seconds: float, low_priority: bool, tmp: Path, stacks: bool = False,
          extra: list[str] | None = None) -> dict[str, Any]:
-    from engine.control.launcher import poll_engine, start_engine, stop_engine
-
     data_dir = Path(tempfile.mkdtemp(dir=tmp))
     command = [sys.executable, "-m", "engine", "run", "--headless", "--control", "--solo", "--paused",
                "--data-dir", str(data_dir), "--model", model, *(extra or [])]
@@ -76,8 +76,6 @@ def run(out_dir: Path = BENCH_DIR, seconds: float = 20.0, models: str = "seed,sm
     catalog ids of real models (skipped when not installed). A real model's rounds take tens of
     seconds on a CPU, so it is watched for `real_seconds` (half watching, half switching tabs). `stacks`
     samples the app's Qt thread so each long stall says where it was (a diagnosis run, not the result)."""
-    from engine.models.catalog import get, resolve_model_id
-
     runs: list[dict[str, Any]] = []
     skipped: list[str] = []
     with tempfile.TemporaryDirectory() as tmp_name:

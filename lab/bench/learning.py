@@ -17,7 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from engine.evaluation import evaluate
+from engine.models.policy import load_policy
 from engine.paths import REPO_ROOT, SEED_MODEL_DIR
+from engine.sapo.config import SapoConfig, preset
+from engine.sapo.trainer import Trainer
+from engine.store import Store
+from engine.tasks.library import SpecialtySpec, TaskMix, heldout
+from engine.tasks.library import preset as mix_preset
 from lab import BENCH_DIR
 
 DESCRIPTION = "solo RL on the seed: held-out pass@1 curve vs the eval's own noise (long: ~30 min)"
@@ -32,9 +41,7 @@ def _shown(path: Path) -> str:
 
 def untrained_mix() -> Any:
     """Settings the `rl` mix never generates, to check that training does not collapse them."""
-    from engine.tasks.library import SpecialtySpec, TaskMix, preset
-
-    easy = preset("seed-easy").specialties
+    easy = mix_preset("seed-easy").specialties
     return TaskMix("untrained", {
         "propositional_logic": SpecialtySpec(1.0, dict(easy["propositional_logic"].config)),
         "binary_matrix": SpecialtySpec(1.0, {"min_n": 2, "max_n": 2}),
@@ -49,8 +56,6 @@ def _sha256(path: Path) -> str | None:
 
 
 def _repeated(trainer: Any, questions: list[Any], repeats: int) -> dict[str, Any]:
-    from engine.evaluation import evaluate
-
     reports = [evaluate(trainer.model, trainer.tokenizer, questions, k=trainer.cfg.eval_k,
                         sample_cfg=trainer.eval_sample_config(), prompt_style=trainer.cfg.prompt_style,
                         seed=trainer.cfg.eval_seed + 7919 * (r + 1)) for r in range(repeats)]
@@ -65,15 +70,6 @@ def _repeated(trainer: Any, questions: list[Any], repeats: int) -> dict[str, Any
 def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: int = 1, rounds: int = 800,
         eval_every: int = 100, seed: int = 0, noise_repeats: int = 5, overrides: dict[str, Any] | None = None,
         name: str = "learning") -> dict[str, Any]:
-    import torch
-
-    from engine.models.policy import load_policy
-    from engine.sapo.config import SapoConfig, preset
-    from engine.sapo.trainer import Trainer
-    from engine.store import Store
-    from engine.tasks.library import heldout
-    from engine.tasks.library import preset as mix_preset
-
     torch.set_num_threads(threads)
     base = preset("paper").to_dict() | {"eval_every": eval_every, "checkpoint_every": 0,
                                            "checkpoint_seconds": 0.0, "checkpoint_overhead": 0.0} | (overrides or {})

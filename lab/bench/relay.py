@@ -20,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.paths import REPO_ROOT
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.swarm.config import ProtocolLimits
+from engine.swarm.identity import Identity
+from engine.swarm.protocol import SwarmProtocol
+from engine.swarm.wire import Hello
+from engine.tasks.reference import TaskRef, question_hash
 from lab import BENCH_DIR
 
 DESCRIPTION = "rollout frames/s and latency through one bootstrap relay, 50 peers on loopback"
@@ -27,9 +33,6 @@ GOAL = {"frames_per_s": 5000.0, "p99_ms": 50.0}
 
 
 def _group(origin: str, index: int, rng: random.Random) -> Any:
-    from engine.sapo.records import Provenance, RolloutGroup
-    from engine.tasks.reference import TaskRef, question_hash
-
     completions = tuple(f"step {rng.randint(0, 99)}: " + "x" * 180 + f" <answer>{rng.randint(0, 99)}</answer>"
                         for _ in range(8))
     ref = TaskRef("basic_arithmetic", {"min_terms": 2, "max_terms": 2}, seed=1, index=index)
@@ -82,11 +85,6 @@ def _percentile(values: list[float], q: float) -> float:
 async def connect_peer(url: str) -> tuple[Any, Any]:
     """A simulated peer on a bootstrap: a fresh identity, its websocket, its hello sent -> (protocol, ws)."""
     from websockets.asyncio.client import connect
-
-    from engine.swarm.config import ProtocolLimits
-    from engine.swarm.identity import Identity
-    from engine.swarm.protocol import SwarmProtocol
-    from engine.swarm.wire import Hello
 
     limits = ProtocolLimits()
     protocol = SwarmProtocol(Identity.generate(), limits)
@@ -144,7 +142,7 @@ async def _measure(url: str, peers_n: int, rate: float, seconds: float, warmup: 
             "peers_cpu": round(peers_cpu, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
-def _start_bootstrap(port: int) -> subprocess.Popen[bytes]:
+def start_bootstrap(port: int) -> subprocess.Popen[bytes]:
     import urllib.request
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -172,7 +170,7 @@ def run(out_dir: Path = BENCH_DIR, peers: int = 50, rates: list[float] | None = 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    bootstrap = _start_bootstrap(port)
+    bootstrap = start_bootstrap(port)
     try:
         rows = [asyncio.run(_measure(f"ws://127.0.0.1:{port}", peers, rate, seconds, warmup, bootstrap.pid))
                 for rate in rates]
@@ -194,10 +192,6 @@ def run(out_dir: Path = BENCH_DIR, peers: int = 50, rates: list[float] | None = 
 
 
 def _frame_size() -> int:
-    from engine.swarm.config import ProtocolLimits
-    from engine.swarm.identity import Identity
-    from engine.swarm.protocol import SwarmProtocol
-
     proto = SwarmProtocol(Identity.generate(), ProtocolLimits())
     return len(proto.encode_rollouts([_group(proto.identity.peer_id, 0, random.Random(0))])[0])
 

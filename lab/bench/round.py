@@ -21,7 +21,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from engine.models.generate import generate, left_pad
+from engine.models.policy import load_policy
 from engine.paths import REPO_ROOT, SEED_MODEL_DIR
+from engine.sapo.config import preset
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.sapo.rows import advantages_of
+from engine.sapo.trainer import Trainer
+from engine.sapo.update import TrainRow, make_optimizer, policy_update
+from engine.tasks import library
+from engine.tasks.library import preset as mix_preset
+from engine.tasks.prompts import PromptBuilder, PromptSpec
 from lab import BENCH_DIR
 
 DESCRIPTION = "one paper-sized round per phase, and our GRPO update vs TRL's GRPOTrainer"
@@ -36,16 +48,8 @@ def _shown(path: Path) -> str:
 def _batch(model: Any, tok: Any, cfg: Any, seed: int) -> tuple[list[Any], dict[str, Any]]:
     import random
 
-    from engine.models.generate import generate
-    from engine.sapo.records import Provenance, RolloutGroup
-    from engine.sapo.rows import advantages_of
-    from engine.sapo.update import TrainRow
-    from engine.tasks import library
-
     mix = library.preset("rl")
     questions = [library.regenerate(r) for r in mix.sample_refs(random.Random(seed), 8, cfg.dataset_seed)]
-    from engine.tasks.prompts import PromptBuilder, PromptSpec
-
     render = PromptBuilder(PromptSpec(cfg.prompt_style, cfg.prompt_shots), tok)
     prompts = [render(q) for q in questions]
     groups = generate(model, tok, prompts, cfg.completions, cfg.sampling, seed=seed)
@@ -68,9 +72,6 @@ def _batch(model: Any, tok: Any, cfg: Any, seed: int) -> tuple[list[Any], dict[s
 
 
 def _ours(model_dir: Path, rows: list[Any], cfg: Any, steps: int) -> tuple[list[float], Any]:
-    from engine.models.policy import load_policy
-    from engine.sapo.update import make_optimizer, policy_update
-
     model, tok = load_policy(model_dir)
     opt = make_optimizer(model, cfg)
     times, first = [], None
@@ -83,13 +84,9 @@ def _ours(model_dir: Path, rows: list[Any], cfg: Any, steps: int) -> tuple[list[
 
 
 def _trl(model_dir: Path, rows: list[Any], cfg: Any, steps: int, threads: int) -> tuple[list[float], Any, float]:
-    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-
-    from engine.models.generate import left_pad
-    from engine.models.policy import load_policy
 
     model, tok = load_policy(model_dir)
     pad = tok.pad_token_id
@@ -143,11 +140,6 @@ def _trl(model_dir: Path, rows: list[Any], cfg: Any, steps: int, threads: int) -
 
 
 def _phases(model_dir: Path, rounds: int, seed: int) -> dict[str, float]:
-    from engine.models.policy import load_policy
-    from engine.sapo.config import preset
-    from engine.sapo.trainer import Trainer
-    from engine.tasks.library import preset as mix_preset
-
     model, tok = load_policy(model_dir)
     cfg = preset("paper").replace(checkpoint_every=0, eval_every=0)
     trainer = Trainer(model, tok, cfg, mix_preset("rl"), None, None, seed)
@@ -158,11 +150,6 @@ def _phases(model_dir: Path, rounds: int, seed: int) -> dict[str, float]:
 
 def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: int = 1, steps: int = 4,
         rounds: int = 5, seed: int = 0, repeats: int = 3) -> dict[str, Any]:
-    import torch
-
-    from engine.models.policy import load_policy
-    from engine.sapo.config import preset
-
     torch.set_num_threads(threads)
     cfg = preset("paper").replace(loss_norm="tokens", filter_zero_advantage=False)
     model, tok = load_policy(model_dir)
@@ -186,8 +173,6 @@ def run(out_dir: Path = BENCH_DIR, model_dir: Path = SEED_MODEL_DIR, threads: in
     if trl_params is not None and ours_params is not None:
         diff = max(float((a - b).abs().max()) for a, b in zip(ours_params, trl_params))
     # Our first-pass loss on the same batch, for the side-by-side check.
-    from engine.sapo.update import make_optimizer, policy_update
-
     fresh, _ = load_policy(model_dir)
     our_loss = policy_update(fresh, make_optimizer(fresh, cfg), rows, cfg, tok.pad_token_id).loss
     result: dict[str, Any] = {

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from engine.cli import main as sapo
 from engine.paths import REPO_ROOT
 
 FRAMES = 16  # frames per trace: enough to climb from json or torch back into the engine
@@ -77,7 +78,6 @@ def main(argv: list[str]) -> int:
     out, first_s, every_s = Path(argv[0]), float(argv[1]), float(argv[2])
     out.mkdir(parents=True, exist_ok=True)
     threading.Thread(target=_dumper, args=(out, first_s, every_s), name="soak-trace", daemon=True).start()
-    from engine.cli import main as sapo
 
     return sapo(argv[4:])
 

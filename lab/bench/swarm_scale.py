@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.paths import REPO_ROOT
+from engine.sapo.records import Provenance, RolloutGroup
+from engine.swarm.board import BoardReader, fetch
+from engine.swarm.config import ProtocolLimits
+from engine.swarm.identity import Identity
+from engine.swarm.nats_auth import NODE_API_PREFIX, Authority, connect_options, node_inbox
+from engine.swarm.nats_board import NatsBoard, create_board_stream
+from engine.swarm.nats_server import NatsServer, NatsServerConfig, free_port
+from engine.swarm.protocol import SwarmProtocol
+from engine.tasks.reference import TaskRef, question_hash
 from lab import BENCH_DIR
+from lab.bench.relay import connect_peer, start_bootstrap
 
 DESCRIPTION = "per-node ingress, fetch latency and loss vs swarm size: the NATS board against the broadcast relay"
 LONG = True
@@ -37,9 +47,6 @@ J = 4
 
 
 def paper_groups(origin: str, round_no: int, rng: random.Random) -> list[Any]:
-    from engine.sapo.records import Provenance, RolloutGroup
-    from engine.tasks.reference import TaskRef, question_hash
-
     groups = []
     for g in range(8):
         completions = tuple(f"Let me add the numbers step by step: {rng.randint(0, 999)} + {rng.randint(0, 999)} "
@@ -77,13 +84,6 @@ class _TimedBoard:
 
 
 async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
-    from engine.swarm import protocol as p
-    from engine.swarm.board import BoardReader, fetch
-    from engine.swarm.config import ProtocolLimits
-    from engine.swarm.identity import Identity
-    from engine.swarm.nats_auth import NODE_API_PREFIX, Authority, connect_options, node_inbox
-    from engine.swarm.nats_board import NatsBoard
-
     auth = Authority.from_private_keys(args["keys"], stream=args["stream"])
     n, offset, total = args["nodes"], args["offset"], args["total"]
     period, rounds = args["period_s"], args["rounds"]
@@ -95,7 +95,7 @@ async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
         board = NatsBoard([args["url"]], stream=args["stream"], create=False, api_prefix=NODE_API_PREFIX,
                           connect_options=connect_options(ident.sign, lambda c=cred: c, node_inbox(ident.peer_id)))
         await board.connect(timeout_s=10)
-        nodes.append((ident, p.SwarmProtocol(ident, ProtocolLimits()), board))
+        nodes.append((ident, SwarmProtocol(ident, ProtocolLimits()), board))
     stats = {"puts": 0, "put_failures": 0, "frames_fetched": 0, "short_fetches": 0, "refused": 0,
              "in_bytes": 0, "node_rounds": 0, "frame_bytes": 0}
     start_at = args["start_at"]
@@ -132,10 +132,6 @@ async def _board_worker(args: dict[str, Any]) -> dict[str, Any]:
 
 def _board_point(n: int, period_s: float, rounds: int, workers: int) -> dict[str, Any]:
     import psutil
-
-    from engine.swarm.nats_auth import Authority
-    from engine.swarm.nats_board import create_board_stream
-    from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
     auth = Authority.generate(stream="SCALE")
     keys = auth.private_keys()
@@ -184,8 +180,6 @@ def _board_point(n: int, period_s: float, rounds: int, workers: int) -> dict[str
 async def _relay_nodes(url: str, n: int, period_s: float, rounds: int) -> dict[str, Any]:
     from websockets.exceptions import ConnectionClosed
 
-    from lab.bench.relay import connect_peer
-
     nodes = []
     for _ in range(n):
         proto, ws = await connect_peer(url)
@@ -233,11 +227,8 @@ async def _relay_nodes(url: str, n: int, period_s: float, rounds: int) -> dict[s
 def _relay_point(n: int, period_s: float, rounds: int) -> dict[str, Any]:
     import psutil
 
-    from engine.swarm.nats_server import free_port
-    from lab.bench.relay import _start_bootstrap
-
     port = free_port()
-    boot = _start_bootstrap(port)
+    boot = start_bootstrap(port)
     try:
         proc = psutil.Process(boot.pid)
         cpu0, t0 = proc.cpu_times(), time.time()
