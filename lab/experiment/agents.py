@@ -13,6 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.models.generate import SampleConfig
+from engine.models.policy import load_policy
+from engine.sapo.adaptive_j import AdaptiveJConfig
+from engine.sapo.config import SapoConfig
+from engine.sapo.trainer import Trainer
 from engine.tasks.library import TaskMix
 from engine.tasks.reference import TaskRef
 from lab.experiment.config import ArmConfig
@@ -98,10 +103,6 @@ class Agent:
 def build_agents(cfg: ArmConfig, model_dir: str, mix: TaskMix, sapo_overrides: dict[str, Any] | None = None,
                  ) -> list[Agent]:
     """N agents, each loading its own copy of the policy from `model_dir`."""
-    from engine.models.policy import load_policy
-    from engine.sapo.config import SapoConfig
-    from engine.sapo.trainer import Trainer
-
     sapo = sapo_config(cfg, **(sapo_overrides or {}))
     if not isinstance(sapo, SapoConfig):
         raise TypeError("sapo_config must return a SapoConfig")
@@ -118,10 +119,6 @@ def build_agents(cfg: ArmConfig, model_dir: str, mix: TaskMix, sapo_overrides: d
 def sapo_config(cfg: ArmConfig, **overrides: Any) -> Any:
     """The trainer settings of an arm: the paper's update with the arm's I/J/strategy. The loss
     normalisation is `nonzero_tokens` in every arm (the step size does not grow with J)."""
-    from engine.models.generate import SampleConfig
-    from engine.sapo.adaptive_j import AdaptiveJConfig
-    from engine.sapo.config import SapoConfig
-
     values: dict[str, Any] = {
         "num_local": cfg.local, "num_external": cfg.external, "completions": cfg.completions, "lr": cfg.lr,
         "loss_norm": "nonzero_tokens", "external_strategy": cfg.strategy, "external_kl_anchor": cfg.kl_anchor,

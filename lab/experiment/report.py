@@ -16,6 +16,7 @@ from typing import Any
 from lab.experiment import measures
 from lab.experiment.config import ArmConfig
 from lab.experiment.driver import ARMS_DIR
+from lab.experiment.plots import plot_heldout, plot_reward
 from lab.experiment.runner import json_safe
 
 PAPER = {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87}  # §5, 8 agents x 2000 rounds
@@ -175,8 +176,6 @@ def write_combined_csv(arms: Sequence[dict[str, Any]], path: Path, key: str) -> 
 
 def aggregate(out_dir: Path, window: int = 20) -> dict[str, Any]:
     """Build summary.json, table.md, rounds.csv, evals.csv and the figures from finished arms."""
-    from lab.experiment.plots import plot_heldout, plot_reward
-
     arms, problems = load_arms(out_dir)
     summary = {"measures": {
         "cum_trained": "(a) the paper's: sum over rounds of the agent-averaged mean reward of the groups "
