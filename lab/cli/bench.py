@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from pathlib import Path
 from typing import Any
 
 from lab import BENCH_DIR
-from lab.bench import BENCHES
+from lab.bench import BENCHES, load
 
 
 def register(sub: Any) -> None:
@@ -36,10 +37,6 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import inspect
-
-    from lab.bench import load
-
     names = sorted(BENCHES) if args.name == "all" else [args.name]
     for name in names:
         module = load(name)

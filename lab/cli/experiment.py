@@ -11,10 +11,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from lab.experiment.config import MODES, PRESET_NAMES, SETTINGS, STRATEGIES, ArmConfig, preset
+from lab.experiment.driver import run_arms
+
 
 def register(sub: Any) -> None:
-    from lab.experiment.config import MODES, PRESET_NAMES, SETTINGS, STRATEGIES
-
     p = sub.add_parser("experiment", help="N agents sharing through the real pool: the paper's I/J table, "
                        "measured three ways", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=PRESET_NAMES, help="a named set of arms (overrides the single-arm options)")
@@ -42,9 +43,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.experiment.config import ArmConfig, preset
-    from lab.experiment.driver import run_arms
-    from lab.experiment.report import aggregate
+    from lab.experiment.report import aggregate  # brings torch: only when the command runs
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
