@@ -5,6 +5,7 @@ the run, by specialty and rung)."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from engine.tasks.curriculum import entry_rung
@@ -119,15 +120,13 @@ def why_lines(result: dict[str, Any]) -> list[str]:
         if a["name"] != "solo" and per:
             lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{per.get(n, 0.0):+.3f}" for n in names)
                          + " |")
-    judged = [a for a in result["arms"] if a.get("pass_rate_histogram")]
-    if judged:
-        lines += ["", ("Judge questions by pass rate after training (share of questions; the judge's standard "
-                  "error on pass@1 from the spread across questions):"), "",
-                  "| setting | arm | " + " | ".join(HISTOGRAM_BINS) + " | judge SE |",
-                  "|---|---|" + "---|" * (len(HISTOGRAM_BINS) + 1)]
-        for a in judged:
-            lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
-                         + f" | {a['judge_se']:.3f} |")
+    judged, section = _arm_section(result, "pass_rate_histogram", (
+        "Judge questions by pass rate after training (share of questions; the judge's standard "
+        "error on pass@1 from the spread across questions):"), [*HISTOGRAM_BINS, "judge SE"])
+    lines += section
+    for a in judged:
+        lines.append(f"| {a['setting']} | {a['name']} | " + " | ".join(f"{v:.2f}" for v in a["pass_rate_histogram"])
+                     + f" | {a['judge_se']:.3f} |")
     lines += outcome_lines(result) + specialty_outcome_lines(result) + source_mixed_lines(result)
     s = result.get("signals") or {}
     if s.get("reward_gain_per_round_sd") is not None:
@@ -141,15 +140,22 @@ def why_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _arm_section(result: dict[str, Any], key: str, intro: str,
+                 columns: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The arms that recorded `key`, and their section's opening: `intro`, then the header of a table with
+    a row per arm (setting, arm, `columns`). No arm recorded it: no section."""
+    kept = [a for a in result["arms"] if a.get(key)]
+    if not kept:
+        return [], []
+    return kept, ["", intro, "", "| setting | arm | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+
+
 def outcome_lines(result: dict[str, Any]) -> list[str]:
     """Why own groups stop giving a gradient: by thirds of the run, mixed / all right / all wrong."""
-    kept = [a for a in result["arms"] if a.get("own_outcomes_by_third")]
-    if not kept:
-        return []
-    lines = ["", ("Own groups by outcome (suggested questions included), first / middle / last third of the rounds: "
-                  "mixed groups train; all right is a question below the policy, all wrong one above it "
-                  "(arms run since the bench recorded it):"), "",
-             "| setting | arm | " + " | ".join(OUTCOMES) + " |", "|---|---|" + "---|" * len(OUTCOMES)]
+    kept, lines = _arm_section(result, "own_outcomes_by_third", (
+        "Own groups by outcome (suggested questions included), first / middle / last third of the rounds: "
+        "mixed groups train; all right is a question below the policy, all wrong one above it "
+        "(arms run since the bench recorded it):"), OUTCOMES)
     for a in kept:
         thirds = a["own_outcomes_by_third"]
         lines.append(f"| {a['setting']} | {a['name']} | "
@@ -160,13 +166,11 @@ def outcome_lines(result: dict[str, Any]) -> list[str]:
 def specialty_outcome_lines(result: dict[str, Any]) -> list[str]:
     """Where the last third's own groups without a gradient come from: per specialty, mixed / all
     right / all wrong, and how many rungs above the entry rung the node was asking on average."""
-    kept = [a for a in result["arms"] if a.get("own_groups_by_specialty_last_third")]
-    if not kept:
-        return []
-    lines = ["", ("Own groups in the last third of the rounds by specialty: mixed / all right / all wrong (share of "
-                  "that specialty's groups, all seeds and nodes), groups, and the mean rung above the entry rung "
-                  "the curriculum asked at (negative: easier than the judge):"), "",
-             "| setting | arm | specialty | mixed / right / wrong | groups | rung vs entry |", "|---|---|---|---|---|---|"]
+    kept, lines = _arm_section(result, "own_groups_by_specialty_last_third", (
+        "Own groups in the last third of the rounds by specialty: mixed / all right / all wrong (share of "
+        "that specialty's groups, all seeds and nodes), groups, and the mean rung above the entry rung "
+        "the curriculum asked at (negative: easier than the judge):"),
+        ["specialty", "mixed / right / wrong", "groups", "rung vs entry"])
     for a in kept:
         for specialty, c in a["own_groups_by_specialty_last_third"].items():
             g = max(c["groups"], 1.0)
@@ -177,12 +181,9 @@ def specialty_outcome_lines(result: dict[str, Any]) -> list[str]:
 
 def source_mixed_lines(result: dict[str, Any]) -> list[str]:
     """Per arm, how often each source's own groups held a right and a wrong answer (all seeds and nodes)."""
-    kept = [a for a in result["arms"] if a.get("mixed_by_source")]
-    if not kept:
-        return []
     names = ("own_pick", "replay", "suggested")
-    lines = ["", "Own groups that were mixed, by where the question came from (mixed / groups, whole run):", "",
-             "| setting | arm | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    kept, lines = _arm_section(result, "mixed_by_source", (
+        "Own groups that were mixed, by where the question came from (mixed / groups, whole run):"), names)
     for a in kept:
         cells = [f"{c['mixed'] / c['groups']:.2f} ({c['groups']:.0f})" if (c := a["mixed_by_source"].get(n)) and c["groups"]
                  else "—" for n in names]
