@@ -26,6 +26,7 @@ from cryptography.x509.oid import NameOID
 from swarm_helpers import Node, make_group, node_board, real_groups, swarm_config, wait_for
 from test_board_attacks import credential_from_bootstrap
 from test_tls import FAST, Pki, _builder, _https_json, _key, _plain_nats_client_is_refused, pki  # noqa: F401
+from websockets.asyncio.client import connect
 
 from engine.swarm import protocol as p
 from engine.swarm.board import BoardReader, fetch
@@ -35,7 +36,9 @@ from engine.swarm.errors import ConnectError
 from engine.swarm.identity import Identity
 from engine.swarm.nats_auth import Credential, connect_options, node_inbox
 from engine.swarm.nats_server import free_port, port_in_use
+from engine.swarm.tls import client_context
 from engine.swarm.transport import dial
+from engine.swarm.wire import Hello
 
 
 class Bootstrap:
@@ -203,11 +206,6 @@ def test_credentials_and_frames_outlive_a_restart_with_the_same_data_dir(bootstr
 
 async def _credential(url: str, ident: Identity, ca: Path) -> Credential:
     """What any node does, over wss:// pinning `ca`: hello to the bootstrap, take the `creds` frame."""
-    from websockets.asyncio.client import connect
-
-    from engine.swarm.tls import client_context
-    from engine.swarm.wire import Hello
-
     conn = p.PeerConnection(p.SwarmProtocol(ident, ProtocolLimits()), Hello("a" * 16, "node", "m", "t", None), 0.0)
     async with asyncio.timeout(10), connect(url, ssl=client_context(ca)) as ws:
         await ws.send(conn.hello_frame())
