@@ -14,7 +14,7 @@ from engine.bus import EventBus
 from engine.events import Event
 
 # Keys `status()` returns; the GUI's header shows them.
-STATUS_KEYS = ("state", "detail", "round", "policy_version", "peers", "model", "device", "backend",
+STATUS_KEYS = ("state", "detail", "paused_by", "round", "policy_version", "peers", "model", "device", "backend",
                "data_dir", "peer_name")
 
 
@@ -23,7 +23,9 @@ class NodeControl(Protocol):
     bus: EventBus
 
     def status(self) -> dict[str, Any]:
-        """{"state","detail","round","policy_version","peers","model","device","backend","data_dir","peer_name"}"""
+        """{"state","detail","paused_by","round","policy_version","peers","model","device","backend","data_dir",
+        "peer_name"}; `paused_by` says why a paused node is paused ("you", "start", or a rule of
+        engine.machine.guard.CAUSES: "snooze", "schedule", "battery", "owner", "temperature"), "" otherwise"""
         ...
 
     async def join(self) -> None:
@@ -39,6 +41,7 @@ class NodeControl(Protocol):
         ...
 
     async def resume(self) -> None:
+        """Lift a pause by hand and a snooze (the other rules still apply); a node not training joins."""
         ...
 
     async def snooze(self, seconds: float) -> None:

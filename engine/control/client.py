@@ -63,7 +63,8 @@ class ControlClient:
             raise ControlError(int(ErrorCode.INTERNAL), f"cannot reach the engine at {self.url}: "
                                f"{exc or type(exc).__name__}") from None
         self._reader = asyncio.create_task(self._read())
-        return await self.call("auth", {"token": self._token}, timeout_s=open_timeout_s)
+        hello: dict[str, Any] = await self.call("auth", {"token": self._token}, timeout_s=open_timeout_s)
+        return hello
 
     async def close(self) -> None:
         if self._ws is not None:

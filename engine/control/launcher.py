@@ -76,8 +76,9 @@ def start_engine(data_dir: Path, extra_args: Sequence[str] = (), low_priority: b
                                        | getattr(subprocess, "DETACHED_PROCESS", 0))
         else:
             kwargs["start_new_session"] = True  # Ctrl+C on the GUI's terminal must not kill the engine
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                                env=engine_env(low_priority), **kwargs)  # type: ignore[call-overload]
+        proc: subprocess.Popen[bytes] = subprocess.Popen(  # type: ignore[call-overload]
+            cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=engine_env(low_priority),
+            **kwargs)
     if low_priority:  # at once, before the child starts threads; `sapo run` lowers itself too
         machine_load.apply_priority("idle", pid=proc.pid)
     return proc

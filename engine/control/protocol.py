@@ -79,10 +79,10 @@ def _number(lo: float, hi: float) -> Callable[[Any], float]:
     def check(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError("must be a number")  # noqa: TRY004 (ValueError for every bad input)
-        value = float(value)
-        if not math.isfinite(value) or not lo <= value <= hi:
+        number = float(value)
+        if not math.isfinite(number) or not lo <= number <= hi:
             raise ValueError(f"must be a finite number in [{lo:g}, {hi:g}]")
-        return value
+        return number
     return check
 
 
@@ -136,7 +136,8 @@ METHODS: dict[str, dict[str, tuple[Callable[[Any], Any], Any]]] = {
     "join": {},
     "leave": {},
     "pause": {"after_round": (_bool, True)},
-    "resume": {},
+    "resume": {},  # a node that is not training (started paused, finished) joins
+    "finish": {},  # optional: the round in flight finishes, then training stops; the engine stays up
     "snooze": {"seconds": (_number(1.0, MAX_SNOOZE_S), _REQUIRED)},
     "get_settings": {},
     "update_settings": {"changes": (_settings_changes, _REQUIRED)},

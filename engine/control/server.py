@@ -241,6 +241,12 @@ class ControlServer:
             if recent is None:
                 raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine keeps no recent groups")
             return recent()
+        if method == "finish":
+            finish = getattr(node, "finish", None)
+            if finish is None:
+                raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine cannot finish and stop training")
+            await finish()
+            return {"ok": True}
         if method == "shutdown":
             if self._on_shutdown is None:
                 raise ControlProtocolError(ErrorCode.NOT_SUPPORTED, "this engine was not started with shutdown support")

@@ -18,48 +18,34 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from engine import autostart, doctor, tasks
+from engine import autostart, doctor
 from engine.bus import EventBus
 from engine.control.api import ModelProgress
 from engine.control.model_switch import checkpoint_dir_for, prepare_model
-from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged, WorkProgress
+from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
 from engine.fleet import recent_summary
 from engine.machine.contribution import Contribution
-from engine.machine.guard import may_train, probe_machine
+from engine.machine.guard import Verdict, may_train, probe_machine
 from engine.machine.load import PauseTimer, ThreadPacer
 from engine.machine.memory import HeapTrimmer
-from engine.models.backends import load_for_node
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
-from engine.models.resolve import (
-    pace_threads,
-    pick_device,
-    release_model,
-    resolve_model,
-    set_train_threads,
-    stored_model_id,
-)
+from engine.models.resolve import pace_threads, release_model, resolve_model, stored_model_id
 from engine.node.ask import AskDesk
+from engine.node.build import build_trainer, private_judge_seed, ready_line
 from engine.node.config import NodeConfig
 from engine.node.swarm import NodeSwarm
 from engine.sapo.step import step
-from engine.sapo.trainer import Trainer
 from engine.settings import ContributorSettings
 from engine.store import Store
 from engine.supervisor import read_last_crash
-from engine.swarm.identity import Identity
 from engine.tasks import preset as task_mix
 
 log = logging.getLogger("sapo.node")
 
-__all__ = ["Node", "NodeConfig"]
+__all__ = ["Node", "NodeConfig", "private_judge_seed"]
 
 GUARD_RECHECK_S = 5.0  # how often a paused node re-reads battery / idle / temperature
-
-
-def private_judge_seed(data_dir: Path) -> int:
-    """This node's held-out seed, from its private key: below 2^40 (Try it's questions start there)."""
-    return Identity.load_or_create(data_dir).private_seed("heldout-judge", bits=40)
 
 
 class Node:
@@ -80,6 +66,7 @@ class Node:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pause_requested = False
+        self._paused_by = ""  # why it is paused: "you", "start" or a rule's cause (engine.machine.guard.CAUSES)
         self._stop_requested = False
         self._worker: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,7 +94,8 @@ class Node:
     # ---- NodeControl ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"state": self._state, "detail": self._detail, "round": self._round,
+            paused_by = self._paused_by if self._state in ("paused", "pausing") else ""
+            return {"state": self._state, "detail": self._detail, "paused_by": paused_by, "round": self._round,
                     "policy_version": self._policy_version, "peers": self.net.peer_count(),
                     "model": self._model_label, "model_about": about_model(self._model_label),
                     "model_name": model_name(self._model_label),
@@ -149,17 +137,37 @@ class Node:
         await self.net.stop()
         self._set_state("stopped", self.error or "")
 
+    def hold(self) -> None:
+        """Start paused (the `start_paused` setting): no worker and no model loaded until `resume`."""
+        self._paused_by = "start"
+        self._set_state("paused", "started paused: Resume (or `sapo resume`) starts training")
+
+    async def finish(self) -> None:
+        """`sapo finish`: the round in flight finishes, then training stops (checkpointed, peers told);
+        the engine stays up, and resume or join trains again."""
+        await self.leave()
+        if self.error is None:
+            self._set_state("stopped", f"finished after round {self._round}: Join (or `sapo resume`) trains again")
+
     async def pause(self, after_round: bool = True) -> None:
         # A round is one optimizer update: it always finishes, so both ways wait for it.
         self._pause_requested = True
+        self._paused_by = "you"
         if self._state not in ("paused", "stopped"):
             self._set_state("pausing", "finishing this round, then pausing")
+        elif self._state == "paused":
+            self._set_state("paused", "paused by you")
         self._wake.set()
 
     async def resume(self) -> None:
+        """Lift a pause by hand and a snooze; the other rules still apply. A node that is not training
+        (started paused, finished, left) joins."""
         self._pause_requested = False
         if self.settings.snooze_until > time.time():
             await self.update_settings({"snooze_until": 0.0})
+        if self._worker is None or not self._worker.is_alive():
+            await self.join()
+            return
         self._wake.set()
 
     async def snooze(self, seconds: float) -> None:
@@ -303,9 +311,11 @@ class Node:
                 self._loop.call_soon_threadsafe(self.finished.set)
 
     def _may_run_now(self) -> bool:
-        verdict = may_train(self.settings, probe_machine(time.time(), self.settings))
-        if self._pause_requested or not verdict.run:
-            self._set_state("paused", "paused by you" if self._pause_requested else verdict.reason)
+        verdict = (Verdict(False, "paused by you", "you") if self._pause_requested
+                   else may_train(self.settings, probe_machine(time.time(), self.settings)))
+        if not verdict.run:
+            self._paused_by = verdict.cause
+            self._set_state("paused", verdict.reason)
             self._pause.paused()
             self._wake.wait(timeout=GUARD_RECHECK_S)
             self._wake.clear()
@@ -314,48 +324,18 @@ class Node:
         return True
 
     def _build_trainer(self) -> Any:
-        sapo = self.config.sapo
-        if self.config.real_sapo is not None and self._model != "seed":
-            sapo = self.config.real_sapo
-        if self.config.solo and sapo.num_external:
-            sapo = sapo.replace(num_local=sapo.num_local + sapo.num_external, num_external=0)
-        if self.config.private_judge:
-            sapo = sapo.replace(eval_seed=private_judge_seed(self.config.data_dir))
-        device = pick_device(self.config.device, self.settings.use_gpu)
-        set_train_threads(device, self.settings.cpu_cores)
         model = self._model
-        self.bus.publish(LogRecord(level="info", message=f"loading {model} on {device} "
-                                   f"({self.config.backend} backend) ..."))
-        self.bus.publish(WorkProgress(phase="loading_model", round=self._round,
-                                      detail=f"{model_name(model)} (a minute or two on a real model's first start)"))
-        import transformers
-
-        transformers.logging.disable_progress_bar()  # the GUI and log show our own progress
-        loaded = load_for_node(model, self.config.backend, device, self.config.data_dir,
-                               llamacpp_cfg=self.config.llamacpp)
-        spec_id = loaded.model_id
-        if loaded.prompt_style and loaded.prompt_style != sapo.prompt_style:
-            sapo = sapo.replace(prompt_style=loaded.prompt_style)  # e.g. chat models get chat-fewshot prompts
-        if loaded.prompt_shots is not None and loaded.prompt_shots != sapo.prompt_shots:
-            sapo = sapo.replace(prompt_shots=loaded.prompt_shots)
-        trainer = Trainer.resume(loaded.model, loaded.tokenizer, sapo, tasks.preset(self.config.mix), self.store,
-                                 self._checkpoint_dir(model), self.config.seed, model_id=spec_id,
-                                 on_event=self.bus.publish, generator=loaded.generator)
-        if trainer.discarded_rounds:
-            lost = trainer.discarded_rounds
-            self.bus.publish(LogRecord(level="warning", message=(
-                f"the last run of {spec_id} ended without a checkpoint after round {trainer.round}: rounds "
-                f"{lost[0]}-{lost[-1]} are rolled back from the history; training resumes from round "
-                f"{trainer.round}'s weights")))
+        built = build_trainer(self.config, self.settings, model, self.store, self._checkpoint_dir(model),
+                              self.bus.publish, self._round)
+        trainer = built.trainer
         self._continue_round_count(trainer)
         self._built_model = model
         with self._lock:
             self._round, self._policy_version = trainer.round, trainer.policy_version
-            self._device, self._backend = device, loaded.label
-            self._model_label = spec_id
+            self._device, self._backend = built.device, built.backend
+            self._model_label = built.model_id
             self._eval_every, self._eval_every_s = trainer.cfg.eval_every, trainer.cfg.eval_every_s
-        self.bus.publish(LogRecord(level="info", message=f"ready: {spec_id} on {device}, "
-                                   f"{'resuming after' if trainer.round else 'starting at'} round {trainer.round}"))
+        self.bus.publish(ready_line(built))
         return trainer
 
     def _follow_peers(self) -> None:
