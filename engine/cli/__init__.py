@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.train",
     "engine.cli.desktop",
     "engine.cli.export",
+    "engine.cli.control",
 )
 LAB_COMMANDS = "lab.cli"  # optional: present in a source checkout only
 

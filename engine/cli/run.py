@@ -62,7 +62,9 @@ def register(sub: Any) -> None:
     p.add_argument("--control", action="store_true",
                    help="serve the local control API (127.0.0.1, token in the data dir) for the GUI")
     p.add_argument("--control-port", type=int, default=0, help="control API port (default: any free)")
-    p.add_argument("--paused", action="store_true", help="start without joining (wait for the GUI)")
+    p.add_argument("--paused", action="store_true",
+                   help="start without training: the app's Join or `sapo resume` starts it (the settings' "
+                        "start_paused instead comes up paused, waiting for Resume)")
     p.add_argument("--priority", choices=machine_load.PRIORITIES, default=None,
                    help="CPU priority: idle (default: runs only on cores nothing else wants; nice 19 where the OS "
                         "refuses), low (nice 19) or normal")
@@ -224,8 +226,7 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
     server = await _start_control(node, config.data_dir, control_port, stop.set) if control else None
     _print_progress_lines(node)
     try:
-        if not start_paused:
-            await node.join()
+        await _start(node, start_paused, control)
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(node.crashed.wait())]
         if not control:  # without a GUI to ask for more, the process ends with its rounds
             waiters.append(asyncio.ensure_future(node.finished.wait()))
@@ -249,6 +250,20 @@ async def serve(config: Any, *, control: bool, control_port: int = 0, start_paus
 
         return EXIT_NO_RESTART
     return 1 if node.error else 0
+
+
+async def _start(node: Any, stopped: bool, control: bool) -> None:
+    """Join, or not: `--paused` leaves the node stopped for the app's Join; the start_paused setting
+    holds it paused until a Resume, which needs the control API to arrive."""
+    if stopped:
+        return
+    if node.settings.start_paused and control:
+        node.hold()
+        return
+    if node.settings.start_paused:
+        logging.getLogger("sapo.run").warning("start_paused is set, but without --control nothing could "
+                                              "resume this engine: training now")
+    await node.join()
 
 
 async def _start_control(node: Any, data_dir: Path, port: int, on_shutdown: Any) -> Any:
