@@ -105,6 +105,8 @@ class Header(QFrame):
         row.addWidget(self.home_button)
         self.pause_button = QPushButton("Pause after this round")
         self.resume_button = QPushButton("Resume")
+        self.resume_button.setToolTip("Lifts your pause and a snooze; the schedule, battery, temperature and "
+                                      "idle rules still apply (the line under the state says which one holds)")
         row.addWidget(self.pause_button)
         row.addWidget(self.resume_button)
         self.join_button = QPushButton("Join the swarm")

@@ -218,6 +218,8 @@ class MainWindow(EngineActions, QMainWindow):
                 else:
                     session.model.apply(item)
                     identity_changed |= isinstance(item, (StateChanged, ModelProgress))
+                    if session.home and self.tray is not None:
+                        self.tray.notify(item)  # a failed round, a lost board: rate-limited
             if identity_changed:
                 self.refresh_status(session)
             self.reload_history(session)  # only after a switch to a model trained here before

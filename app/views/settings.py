@@ -78,7 +78,13 @@ class SettingsView(QWidget):
         self.max_temperature_c.setDecimals(0)
         self.max_temperature_c.setSuffix(" °C")
         self.max_temperature_c.setSpecialValueText("no cap")
+        self.schedule = QLineEdit()
+        self.schedule.setPlaceholderText("e.g. Mon-Fri 18:00-08:00, Sat-Sun 00:00-24:00  (empty: any time)")
+        self.schedule.setToolTip("Weekly windows in this computer's local time; a window that ends at or before "
+                                 "its start runs past midnight. Outside them the engine pauses and says when "
+                                 "it runs next.")
         self.start_at_login = QCheckBox("Start contributing when I log in")
+        self.start_paused = QCheckBox("Start paused: wait for Resume (or `sapo resume`)")
         self.keep_running_on_close = QCheckBox("Keep contributing in the background when the window closes")
         for spin in (self.cpu_cores, self.idle_minutes, self.max_temperature_c):
             spin.setMaximumWidth(320)
@@ -97,9 +103,11 @@ class SettingsView(QWidget):
         form2.addRow("Idle after:", self.idle_minutes)
         form2.addRow("", self.pause_on_battery)
         form2.addRow("Temperature cap:", self.max_temperature_c)
+        form2.addRow("Schedule:", self.schedule)
         app_box = QGroupBox("This app")
         form3 = QFormLayout(app_box)
         form3.addRow("", self.start_at_login)
+        form3.addRow("", self.start_paused)
         form3.addRow("", self.keep_running_on_close)
         return network, resources, app_box
 
@@ -143,7 +151,9 @@ class SettingsView(QWidget):
         self.idle_minutes.setEnabled(s.only_when_idle)
         self.pause_on_battery.setChecked(s.pause_on_battery)
         self.max_temperature_c.setValue(s.max_temperature_c)
+        self.schedule.setText(s.schedule)
         self.start_at_login.setChecked(s.start_at_login)
+        self.start_paused.setChecked(s.start_paused)
         self.keep_running_on_close.setChecked(s.keep_running_on_close)
         snoozed = s.snooze_until > time.time()
         self.snooze_label.setText(
@@ -164,7 +174,8 @@ class SettingsView(QWidget):
                 "only_when_idle": self.only_when_idle.isChecked(), "idle_minutes": self.idle_minutes.value(),
                 "pause_on_battery": self.pause_on_battery.isChecked(),
                 "max_temperature_c": float(self.max_temperature_c.value()),
-                "start_at_login": self.start_at_login.isChecked(),
+                "schedule": self.schedule.text().strip(), "start_at_login": self.start_at_login.isChecked(),
+                "start_paused": self.start_paused.isChecked(),
                 "keep_running_on_close": self.keep_running_on_close.isChecked()}
 
     def changes(self) -> dict[str, Any]:
