@@ -8,8 +8,7 @@ import time
 import pytest
 
 from engine.machine.guard import MachineState, local_time, may_train
-from engine.machine.schedule import LocalTime, format_time, parse_schedule
-from engine.settings import ContributorSettings
+from engine.settings import ContributorSettings, LocalTime, format_time, parse_schedule
 
 NOW = 1_000_000.0
 MON, TUE, FRI, SAT, SUN = 0, 1, 4, 5, 6

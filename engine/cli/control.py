@@ -18,6 +18,7 @@ from typing import Any
 from engine.control.client import ControlClient, ControlError
 from engine.control.launcher import find_engine
 from engine.control.token import ControlInfo, TokenError, read_token
+from engine.errors import SapoError
 from engine.paths import default_data_dir
 
 EXIT_NO_ENGINE = 1
@@ -27,7 +28,7 @@ STATUS_JSON_KEYS = ("state", "paused_by", "detail", "round", "policy_version", "
                     "device", "backend", "peer_name", "data_dir")
 
 
-class NoEngine(Exception):
+class NoEngine(SapoError):
     """No engine serves this data dir, or it cannot be reached."""
 
 

@@ -1,6 +1,6 @@
 """Should this machine train right now? The contributor's rules, as one pure function.
 
-Rules: snooze, the weekly schedule (engine/machine/schedule.py), battery, the owner's use, temperature.
+Rules: snooze, the weekly schedule (engine/settings.py), battery, the owner's use, temperature.
 The node asks between rounds (never mid-round: a round in flight finishes, so no work is lost) and
 pauses with the reason shown to the user. Probes that answer "unknown" never block training: a
 desktop without a battery sensor is not "on battery".
@@ -11,8 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from engine.machine.schedule import LocalTime, format_time
-from engine.settings import ContributorSettings
+from engine.settings import ContributorSettings, LocalTime, format_time
 
 # Why a verdict refuses, for scripts and the GUI (`status()["paused_by"]`); the reason is the sentence.
 CAUSES = ("snooze", "schedule", "battery", "owner", "temperature")
