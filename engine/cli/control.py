@@ -126,5 +126,5 @@ def status_text(status: Any) -> str:
     head = STATE_WORDS.get(state, state) + (f": {detail}" if detail else "")
     peers = raw.get("peers", 0)
     model = raw.get("model_name") or raw.get("model") or "?"
-    return (f"{head}\nround {raw.get('round', 0)} · {model} on {raw.get('device') or '?'} · "
-            f"{peers} peer{'' if peers == 1 else 's'}")
+    device = f" on {raw['device']}" if raw.get("device") else ""  # known once the model has loaded
+    return f"{head}\nround {raw.get('round', 0)} · {model}{device} · {peers} peer{'' if peers == 1 else 's'}"
