@@ -23,9 +23,9 @@ ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 # The trainer's reasons (engine/sapo/first_look.py, sampler.py): screened to no signal, cut to no signal,
 # no signal to begin with, not re-scored, eligible but not drawn into this round's J, another model's, or
 # holding a special token in its text, on a question another peer's drawn group already has, or more
-# copies of one answer than this node's own sampling gives.
+# copies of one answer than this node's own sampling gives, or on one of this node's judge questions.
 TrainerVerdict = Literal["repeated_text", "cut_no_signal", "zero_advantage", "not_rescored", "not_sampled",
-                         "other_model", "special_tokens", "same_question", "copied_answers"]
+                         "other_model", "special_tokens", "same_question", "copied_answers", "judge_question"]
 TRAINER_VERDICTS: tuple[str, ...] = get_args(TrainerVerdict)
 
 

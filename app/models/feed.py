@@ -30,6 +30,8 @@ REASON_WORDS = {
     "not_rescored": "could not be scored here",
     "not_sampled": "not drawn this round",
     "other_model": "made by another model: its answers are not this model's to learn from",
+    "judge_question": "its question is one this node tests its model on: never trained on, so the test "
+                      "stays fair",
     "local_group": "one of this node's own groups",
     "duplicate": "same content as a group already received",
     "copied": "a copy of another peer's answers: the peer who shared them first gets the credit",

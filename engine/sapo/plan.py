@@ -16,11 +16,25 @@ from typing import Any
 from engine.sapo.config import SapoConfig
 from engine.sapo.first_look import FirstLook
 from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
-from engine.sapo.records import Candidate
+from engine.sapo.records import Candidate, CandidateKey
 from engine.sapo.round_parts import Scored, UpdatePlan
 from engine.sapo.rows import external_rows, local_rows
 from engine.sapo.sampler import DROP_OTHER_MODEL, Drawable, ExternalSampler, select_groups
 from engine.sapo.update import TrainRow, round_denominator, strategy_keep
+
+DROP_JUDGE_QUESTION = "judge_question"
+
+
+def off_the_judge(external: Sequence[Candidate], judge: frozenset[str]
+                  ) -> tuple[list[Candidate], list[tuple[CandidateKey, str]]]:
+    """-> (the candidates whose question is none of this node's judge texts, the others as drops).
+
+    Peers cannot name the judge (its seed is private), but a small task space can be enumerated: a peer
+    who trains this node on every text of one would make each eval skip them (a judge text trained on
+    is left out of the score), so the score would be read off fewer, chosen questions. Refused, whoever
+    sends it; own draws that repeat a judge text by chance are still counted and skipped at the eval."""
+    kept = [c for c in external if c.question.hash not in judge]
+    return kept, [(c.key, DROP_JUDGE_QUESTION) for c in external if c.question.hash in judge]
 
 
 class RoundPlanner:

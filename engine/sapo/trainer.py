@@ -30,7 +30,7 @@ from engine.sapo.copies import CopyScreen
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook
 from engine.sapo.frontier import Suggestions
-from engine.sapo.plan import RoundPlanner
+from engine.sapo.plan import RoundPlanner, off_the_judge
 from engine.sapo.plausibility import PlausibilityFloor
 from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import Candidate, Provenance, RolloutGroup
@@ -121,6 +121,7 @@ class Trainer:
         self._baseline_eval()
         t0 = time.perf_counter()
         round_no = self.round + 1
+        external, on_judge = off_the_judge(external, frozenset(q.hash for q in self.heldout_questions()))
         asked = self._ask(round_no, external)
         t_gen = time.perf_counter()
         scored = self._score(round_no, asked)
@@ -140,7 +141,7 @@ class Trainer:
         self._record_round(metrics, per_spec, phases, len(plan.kept), len(plan.used_external))
         report, ckpt = self._eval_and_checkpoint(round_no, t0)
         verdicts = round_verdicts([c.key for c in asked.suggested], [c.key for c in plan.used_external],
-                                  plan.dropped, plan.pending)
+                                  on_judge + plan.dropped, plan.pending)
         return RoundResult(round=round_no, policy_version=self.policy_version,
                            local_groups=tuple(lg.group for lg in scored.local),
                            used_external=tuple(plan.used_external), metrics=metrics, per_specialty_reward=per_spec,
