@@ -64,6 +64,10 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
     "solo-long": {"num_external": 0, "num_suggested": 0},
     "question-long": {"num_external": 0, "num_suggested": 1},
     "text-long": {"num_external": 2, "num_suggested": 0},
+    # off-policy corrected: each peer completion's advantage weighted by min(π_receiver(y) / μ_sender(y), 1)
+    # from the sequence log-probs its frame carries (negatives kept, weighted); judged beside text-long
+    "text-is-long": {"num_external": 2, "num_suggested": 0, "external_strategy": "importance-weighted",
+                     "importance_max_weight": 1.0},
     # text among 1 or 2 fabricating identities (lab/bench/swarm_attack.py): judged against text-long's
     # judge at the same round and seed
     "text-attacked-1": {"num_external": 2, "num_suggested": 0},
@@ -72,7 +76,7 @@ ARMS: dict[str, dict[str, Any]] = {  # config overrides per arm (on the cpu-real
 # Arms that run a multiple of the bench's rounds, judged after each whole one too: solo's curve runs long
 # enough (4.5x) to meet text's (2x, at ~1.9x solo's CPU per round: bench/swarm_learning.md) at equal
 # CPU-seconds; at 3.5x solo ended at ~520 CPU-s per node where text's 48 rounds took ~590.
-ROUNDS_FACTOR = {"solo-long": 4.5, "question-long": 2.5, "text-long": 2.0}
+ROUNDS_FACTOR = {"solo-long": 4.5, "question-long": 2.5, "text-long": 2.0, "text-is-long": 2.0}
 SETTINGS = ("homogeneous", "heterogeneous")
 # A round's metrics each node's history keeps (0.0 where a round did not report one)
 HISTORY_KEYS = ("reward_mean", "own_pick_groups", "own_pick_mixed", "suggested_groups", "suggested_mixed",
