@@ -21,8 +21,9 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
     for r in runs:
         if r["attack"] == "control":
             continue
-        c = controls[r["sampler"]]
-        t = same_batch.get((r["sampler"], r.get("batch")), c)  # machines drift over an hour: same batch
+        # Paired with its own batch's control: machines drift over an hour, and a later batch may run
+        # other code (a defence added between batches changes the control's weights too).
+        t = same_batch.get((r["sampler"], r.get("batch")), controls[r["sampler"]])
         classes.append({
             "name": r["attack"], "sampler": r["sampler"], "offered": r["offered"], "pooled": r["pooled"],
             "trained_on": r["trained_on"],
@@ -33,13 +34,13 @@ def summarize(runs: list[dict[str, Any]], wall_s: float, seed: int = 0) -> dict[
             # the victim's own CPU per round: what contention from other processes cannot move
             "rounds_per_cpu_s_ratio": (r["rounds_per_cpu_s"] / t["rounds_per_cpu_s"]
                                        if "rounds_per_cpu_s" in r and "rounds_per_cpu_s" in t else None),
-            "timed_against_batch": t.get("batch"),
-            "heldout_delta": r["heldout_pass_at_1"] - c["heldout_pass_at_1"],
-            "heldout_delta_relative": (r["heldout_pass_at_1"] - c["heldout_pass_at_1"]) / max(c["heldout_pass_at_1"], 1e-9),
-            "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - c["logp_trigger"],
+            "control_batch": t.get("batch"),
+            "heldout_delta": r["heldout_pass_at_1"] - t["heldout_pass_at_1"],
+            "heldout_delta_relative": (r["heldout_pass_at_1"] - t["heldout_pass_at_1"]) / max(t["heldout_pass_at_1"], 1e-9),
+            "trigger_share": r["trigger_share"], "logp_trigger_delta": r["logp_trigger"] - t["logp_trigger"],
             # the victim ended with exactly the control's weights: the attacker's traffic changed nothing
-            "same_weights_as_control": (None if not (r.get("weights_sha256") and c.get("weights_sha256"))
-                                        else r["weights_sha256"] == c["weights_sha256"]),
+            "same_weights_as_control": (None if not (r.get("weights_sha256") and t.get("weights_sha256"))
+                                        else r["weights_sha256"] == t["weights_sha256"]),
             "dropped": r["dropped"]})
     for k in classes:  # beyond two noise sds of the paired delta, in either direction
         k["heldout_beyond_noise"] = (None if noise_sd is None

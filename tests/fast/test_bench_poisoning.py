@@ -56,8 +56,8 @@ def test_the_bench_pairs_a_control_with_each_class_and_writes_the_issue_keys(tmp
         ("trigger_backdoor", "uniform"), ("forged_refs", "uniform"), ("trigger_backdoor", "reputation"),
         ("garbage", "uniform")}
     assert len(again["control_replicas_pass_at_1"]) == 3
-    # the extension ran its own control, and each class's rounds/s is timed against its own batch's
-    batches = {k["name"]: k["timed_against_batch"] for k in again["classes"] if k["sampler"] == "uniform"}
+    # the extension ran its own control, and each class is paired with its own batch's control
+    batches = {k["name"]: k["control_batch"] for k in again["classes"] if k["sampler"] == "uniform"}
     assert batches["garbage"] != batches["trigger_backdoor"] == batches["forged_refs"] is not None
 
 
