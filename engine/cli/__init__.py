@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from importlib.metadata import entry_points
 from typing import Any
 
 # One line per command module; each owner adds its own.
@@ -24,7 +25,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.export",
     "engine.cli.control",
 )
-LAB_COMMANDS = "lab.cli"  # optional: present in a source checkout only
+# Commands other distributions add: the lab (lab/pyproject.toml, a source checkout's `make install`)
+# registers `sapo bench` and `sapo experiment` here; the product's wheel holds no lab code.
+COMMAND_GROUP = "sapo.commands"
+LAB_ONLY = {"bench": "benchmarks", "experiment": "experiments"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,20 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
-    _register_lab(sub)
+    for entry in entry_points(group=COMMAND_GROUP):
+        entry.load()(sub)  # a plugin that is installed but broken raises: better than hiding its commands
+    for command, what in LAB_ONLY.items():
+        if command not in sub.choices:
+            _lab_missing(sub, command, what)
     return parser
 
 
-def _register_lab(sub: Any) -> None:
-    """`sapo bench` and `sapo experiment` come from the lab, which sits beside the engine in a source
-    checkout and is left out of the bundle; without it the commands are simply absent."""
-    try:
-        lab_cli = importlib.import_module(LAB_COMMANDS)
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("lab", LAB_COMMANDS):
-            raise  # the lab is there but broken: say so rather than hide its commands
-        return
-    lab_cli.register(sub)
+def _lab_missing(sub: Any, command: str, what: str) -> None:
+    """`sapo bench` without the lab installed: say where it comes from instead of 'invalid choice'."""
+    def explain(_args: argparse.Namespace) -> int:
+        print(f"sapo {command}: the {what} come with a source checkout of SAPO Swarm, not with the app: "
+              "clone the repository and run `make install` (or `pip install -e ./lab` beside an editable "
+              "install)", file=sys.stderr)
+        return 2
+    parser = sub.add_parser(command, help=f"{what} (source checkout only)", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=explain)
 
 
 def main(argv: list[str] | None = None) -> int:
