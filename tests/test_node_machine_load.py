@@ -15,8 +15,9 @@ from test_node import wait_for
 
 from engine.events import LogRecord, RoundCompleted, StateChanged
 from engine.machine import load as machine_load
+from engine.machine.load import apply_threads
 from engine.models.policy import build_tiny_policy
-from engine.models.resolve import apply_threads, release_model
+from engine.models.resolve import release_model
 from engine.node import Node, NodeConfig
 from engine.node import node as node_module
 from engine.settings import ContributorSettings

@@ -33,6 +33,7 @@ from typing import Any
 
 import psutil
 
+from engine.machine.hardware import cpu_info
 from engine.machine.memory import trim_heap
 
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
@@ -287,6 +288,38 @@ class ThreadPacer:
         busy = min(self.probe.others_busy(), float(max(self.physical, lent)))
         return ThreadChoice(setting, lent, self.physical, round(busy, 2),
                             choose_threads(lent, self.physical, busy))
+
+
+def set_train_threads(device: str, cores: int) -> None:
+    """Threads while the model loads: the cores the contributor lends (0 = all physical cores but one).
+    The node re-chooses them before every round from what is free then (`apply_threads`)."""
+    if device == "cpu":
+        apply_threads(device, lent_cores(cores, cpu_info().physical_cores))
+
+
+def apply_threads(device: str, threads: int, generator: Any = None) -> None:
+    """Run the next round on `threads` threads: torch's intra-op pool and, where the generator has its
+    own (llama.cpp), the generator's. Only CPUs: a GPU round's speed does not follow the CPU threads."""
+    if device != "cpu":
+        return
+    import torch
+
+    threads = max(1, int(threads))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    set_generator_threads = getattr(generator, "set_threads", None)
+    if set_generator_threads is not None:
+        set_generator_threads(threads)
+
+
+def pace_threads(pacer: ThreadPacer, device: str, setting: int, generator: Any = None) -> dict[str, Any]:
+    """This round's threads on a CPU: the cores lent (`setting`, 0 = automatic), less those other work
+    kept busy since the last round -> the choice (empty off CPUs)."""
+    if device != "cpu":
+        return {}
+    choice = pacer.choose(setting)
+    apply_threads(device, choice.threads, generator)
+    return choice.to_dict()
 
 
 class PauseTimer:

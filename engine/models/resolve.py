@@ -1,4 +1,5 @@
-"""Where and what a node trains: the device, torch's thread count, and the model's local files.
+"""Where and what a node trains: the device and the model's local files (torch's thread count is the
+machine's: engine/machine/load.py).
 
 Shared by the node and the model backends (which resolve catalog ids to downloaded directories).
 """
@@ -10,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from engine.events import LogRecord
-from engine.machine.hardware import cpu_info
-from engine.machine.load import ThreadPacer, lent_cores
 from engine.models import catalog
 from engine.models.catalog import resolve_model_id
 from engine.models.policy import DEFAULT_LORA_TARGETS, LoraSpec
@@ -30,38 +29,6 @@ def pick_device(requested: str | None, use_gpu: bool) -> str:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
-
-
-def set_train_threads(device: str, cores: int) -> None:
-    """Threads while the model loads: the cores the contributor lends (0 = all physical cores but one).
-    The node re-chooses them before every round from what is free then (`apply_threads`)."""
-    if device == "cpu":
-        apply_threads(device, lent_cores(cores, cpu_info().physical_cores))
-
-
-def apply_threads(device: str, threads: int, generator: Any = None) -> None:
-    """Run the next round on `threads` threads: torch's intra-op pool and, where the generator has its
-    own (llama.cpp), the generator's. Only CPUs: a GPU round's speed does not follow the CPU threads."""
-    if device != "cpu":
-        return
-    import torch
-
-    threads = max(1, int(threads))
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    set_generator_threads = getattr(generator, "set_threads", None)
-    if set_generator_threads is not None:
-        set_generator_threads(threads)
-
-
-def pace_threads(pacer: ThreadPacer, device: str, setting: int, generator: Any = None) -> dict[str, Any]:
-    """This round's threads on a CPU: the cores lent (`setting`, 0 = automatic), less those other work
-    kept busy since the last round -> the choice (empty off CPUs)."""
-    if device != "cpu":
-        return {}
-    choice = pacer.choose(setting)
-    apply_threads(device, choice.threads, generator)
-    return choice.to_dict()
 
 
 def release_model(trainer: Any, publish: Callable[[Any], None] | None = None) -> None:

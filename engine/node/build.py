@@ -12,9 +12,10 @@ from pathlib import Path
 
 from engine import tasks
 from engine.events import Event, LogRecord, WorkProgress
+from engine.machine.load import set_train_threads
 from engine.models.backends import load_for_node
 from engine.models.catalog import short_name as model_name
-from engine.models.resolve import pick_device, set_train_threads
+from engine.models.resolve import pick_device
 from engine.node.config import NodeConfig
 from engine.sapo.config import SapoConfig
 from engine.sapo.trainer import Trainer

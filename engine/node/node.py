@@ -26,11 +26,11 @@ from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChang
 from engine.fleet import recent_summary
 from engine.machine.contribution import Contribution
 from engine.machine.guard import Verdict, may_train, probe_machine
-from engine.machine.load import PauseTimer, ThreadPacer
+from engine.machine.load import PauseTimer, ThreadPacer, pace_threads
 from engine.machine.memory import HeapTrimmer
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
-from engine.models.resolve import pace_threads, release_model, resolve_model, stored_model_id
+from engine.models.resolve import release_model, resolve_model, stored_model_id
 from engine.node.ask import AskDesk
 from engine.node.build import build_trainer, private_judge_seed, ready_line
 from engine.node.config import NodeConfig

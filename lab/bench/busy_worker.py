@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 
 from engine.machine import load as machine_load
+from engine.machine.load import apply_threads, pace_threads
 from engine.models.backends import load_for_node
-from engine.models.resolve import apply_threads, pace_threads
 from engine.node.peer_groups import make_pool
 from engine.sapo.step import PoolExchange, step
 from engine.swarm.config import PoolConfig

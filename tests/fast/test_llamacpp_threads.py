@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine.machine.load import apply_threads
 from engine.models.backends import llamacpp_generator_for
 from engine.models.generate import SampleConfig
 from engine.models.gguf_convert import convert_hf_to_gguf, ensure_converter
 from engine.models.llamacpp import LlamaCppConfig
 from engine.models.policy import load_policy
-from engine.models.resolve import apply_threads
 from lab.tiny_models import build_tiny_bpe_policy
 
 
