@@ -6,11 +6,13 @@ Layout of one checkpoint directory `ckpt-<round, 8 digits>/`:
     state.json              round, policy_version, python RNG state, optimizer layout, extra (config...)
     rng.safetensors         torch's global CPU RNG state
 It is written to a `.tmp` directory and renamed into place, so a crash mid-write leaves the previous
-checkpoint as the newest complete one. The newest `keep` checkpoints are kept.
+checkpoint as the newest complete one. The newest `keep` checkpoints are kept. Each model trained in one
+data dir has its own folder of them (`checkpoint_dir_for`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -198,3 +200,28 @@ def load_checkpoint(path: str | Path, *, model: Any, optimizer: torch.optim.Opti
         torch.set_rng_state(load_file(str(path / "rng.safetensors"))["torch"])
     return Checkpoint(path=path, round=state["round"], policy_version=state["policy_version"],
                       python_rng=_rng_from_json(state.get("python_rng")), extra=state["extra"])
+
+
+ROOT_MODEL_FILE = "root_model.txt"  # which model owns the top checkpoint folder
+
+
+def checkpoint_dir_for(base: Path, model: str, configured: str) -> Path:
+    """Where `model`'s checkpoints live. `base` itself belongs to one model for good: the one it was
+    first used for (recorded in `base/ROOT_MODEL_FILE`; a data dir from before the record belongs to
+    `configured`, the model the node was started with). Any other model gets its own folder under
+    `base/models/`, so one model's weights never load into another's (same-shaped models would load
+    silently), even when a restart starts the node on a model switched to earlier. `base/models/`
+    holds no `ckpt-*` entry, so pruning never touches it."""
+    record = base / ROOT_MODEL_FILE
+    try:
+        owner = record.read_text(encoding="utf-8").strip() if record.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        owner = ""
+    if not owner:
+        owner = configured
+        base.mkdir(parents=True, exist_ok=True)
+        record.write_text(owner + "\n", encoding="utf-8")
+    if model == owner:
+        return base
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name)[:48] or "model"
+    return base / "models" / f"{slug}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"

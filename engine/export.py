@@ -25,8 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import CheckpointError, latest_checkpoint, load_weights, read_state
-from engine.control.model_switch import ROOT_MODEL_FILE, checkpoint_dir_for
+from engine.checkpoint import (
+    ROOT_MODEL_FILE,
+    CheckpointError,
+    checkpoint_dir_for,
+    latest_checkpoint,
+    load_weights,
+    read_state,
+)
 from engine.errors import SapoError
 from engine.models import catalog
 from engine.models.backends import convert_cached, dequantized_cached, load_gguf_policy

@@ -133,31 +133,3 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     lines = [line for line in text.splitlines() if line.strip()]
     return " ".join(lines[:2])[:400]
-
-
-ROOT_MODEL_FILE = "root_model.txt"  # which model owns the top checkpoint folder
-
-
-def checkpoint_dir_for(base: Path, model: str, configured: str) -> Path:
-    """Where `model`'s checkpoints live. `base` itself belongs to one model for good: the one it was
-    first used for (recorded in `base/ROOT_MODEL_FILE`; a data dir from before the record belongs to
-    `configured`, the model the node was started with). Any other model gets its own folder under
-    `base/models/`, so one model's weights never load into another's (same-shaped models would load
-    silently), even when a restart starts the node on a model switched to earlier. `base/models/`
-    holds no `ckpt-*` entry, so pruning never touches it."""
-    record = base / ROOT_MODEL_FILE
-    try:
-        owner = record.read_text(encoding="utf-8").strip() if record.is_file() else ""
-    except (OSError, UnicodeDecodeError):
-        owner = ""
-    if not owner:
-        owner = configured
-        base.mkdir(parents=True, exist_ok=True)
-        record.write_text(owner + "\n", encoding="utf-8")
-    if model == owner:
-        return base
-    import hashlib
-    import re
-
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model).name)[:48] or "model"
-    return base / "models" / f"{slug}-{hashlib.sha256(model.encode()).hexdigest()[:8]}"
