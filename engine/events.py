@@ -176,6 +176,17 @@ class WorkProgress(Event):
 
 
 @dataclass(frozen=True)
+class ModelProgress(Event):
+    """Progress of a model switch (the node's optional `select_model`): download, conversion, load."""
+
+    model_id: str
+    phase: str  # "download" | "convert" | "load" | "ready" | "error"
+    done: float  # units of work done (bytes, steps); 0 when unknown
+    total: float  # units of work in all; 0 when unknown (indeterminate progress)
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class LogRecord(Event):
     level: str
     message: str

@@ -10,11 +10,11 @@ from app.models.feed import FeedModel
 from app.models.history import parse_history, parse_totals
 from app.models.node import LogModel, NodeModel
 from app.models.peers import PeersModel
-from engine.control.api import ModelProgress
 from engine.events import (
     EvalCompleted,
     Event,
     LogRecord,
+    ModelProgress,
     PeerUpdated,
     RolloutSeen,
     RoundCompleted,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.bridge import EngineSession
 from app.views.machine import progress_text, short_model_name
-from engine.control.api import ModelProgress
+from engine.events import ModelProgress
 
 HISTORY_LIMIT = 2000  # rounds of a model the dashboard reloads (its totals count all of them)
 

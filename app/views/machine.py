@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.models.history import finite_number
 from app.views.giving import GivingBox
-from engine.control.api import ModelProgress
+from engine.events import ModelProgress
 
 CANDIDATE_COLUMNS = ("Model", "Backend", "Parameters", "Memory needed", "Verdict", "Seconds / round", "Available")
 SWITCH_HINT = "Pause or leave the swarm to switch models."

@@ -38,8 +38,7 @@ from app.views.peers import PeersView
 from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
 from app.views.try_it import TryItView
-from engine.control.api import ModelProgress
-from engine.events import StateChanged
+from engine.events import ModelProgress, StateChanged
 from engine.fleet import FleetEntry, FleetPoller
 from engine.paths import fleet_file as default_fleet_file
 from engine.supervisor import read_last_crash

@@ -7,11 +7,9 @@ as separate tasks, so a slow `leave` never blocks `status`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from engine.bus import EventBus
-from engine.events import Event
 
 # Keys `status()` returns; the GUI's header shows them.
 STATUS_KEYS = ("state", "detail", "paused_by", "round", "policy_version", "peers", "model", "device", "backend",
@@ -70,18 +68,3 @@ class NodeControl(Protocol):
         """A question of the node's task family ("" specialty: drawn from its mix; `text`: the contributor's
         own words) answered by the policy and the starting model between rounds, scored (engine.node.ask)."""
         ...
-
-
-@dataclass(frozen=True)
-class ModelProgress(Event):
-    """Progress of a model switch (optional node feature `select_model`): download, conversion, load.
-
-    Defined here rather than in engine/events.py because only the control API and the GUI use it;
-    subclassing Event registers it, so `event_from_dict` rebuilds it like any other event.
-    """
-
-    model_id: str
-    phase: str  # "download" | "convert" | "load" | "ready" | "error"
-    done: float  # units of work done (bytes, steps); 0 when unknown
-    total: float  # units of work in all; 0 when unknown (indeterminate progress)
-    message: str = ""

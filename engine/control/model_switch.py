@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.control.api import ModelProgress
 from engine.errors import SapoError
-from engine.events import Event
+from engine.events import Event, ModelProgress
 
 Emit = Callable[[Event], None]
 # engine.models.resolve.resolve_model: (model, progress tqdm class or None) -> (model id, local dir, LoRA spec or None)

@@ -21,9 +21,8 @@ from typing import Any
 from engine import autostart, doctor
 from engine.bus import EventBus
 from engine.checkpoint import checkpoint_dir_for
-from engine.control.api import ModelProgress
 from engine.control.model_switch import prepare_model
-from engine.events import Event, LogRecord, PeerUpdated, RolloutSeen, StateChanged
+from engine.events import Event, LogRecord, ModelProgress, PeerUpdated, RolloutSeen, StateChanged
 from engine.fleet import recent_summary
 from engine.machine.contribution import Contribution
 from engine.machine.guard import Verdict, may_train, probe_machine

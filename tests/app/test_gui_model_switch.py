@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.views.main_window import MainWindow
-from engine.control.api import ModelProgress
+from engine.events import ModelProgress
 from engine.paths import SEED_MODEL_DIR
 
 WAIT_MS = 15_000

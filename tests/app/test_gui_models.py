@@ -183,7 +183,7 @@ def test_status_refresh_updates_identity_but_never_state_or_counters() -> None:
 
 def test_model_switch_progress_text() -> None:
     from app.views.machine import progress_text, short_model_name
-    from engine.control.api import ModelProgress
+    from engine.events import ModelProgress
 
     assert short_model_name("/home/me/models/tiny-b/") == "tiny-b" and short_model_name("qwen3-0.6b") == "qwen3-0.6b"
     assert progress_text(ModelProgress("qwen3-0.6b", "download", 256, 1024, "0.2 of 1.0 MiB")) == \

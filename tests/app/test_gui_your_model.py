@@ -136,7 +136,7 @@ def test_a_switch_shows_the_selected_models_own_record_before_it_trains() -> Non
     """Switched while stopped: no round of the new model arrives until Join, so the switch itself asks
     for the record, and the reply (the node's selected model's) starts the charts over: empty for a
     model new here, the old record for a model switched back to."""
-    from engine.control.api import ModelProgress
+    from engine.events import ModelProgress
 
     app = AppModel()
     for n in range(1, 4):

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from engine.control.api import ModelProgress
 from engine.control.protocol import (
     MAX_REQUEST_BYTES,
     ControlProtocolError,
@@ -20,7 +19,7 @@ from engine.control.protocol import (
     parse_server_message,
     token_matches,
 )
-from engine.events import EventError, RolloutSeen, RoundCompleted
+from engine.events import EventError, ModelProgress, RolloutSeen, RoundCompleted
 
 
 def _code(data: str | bytes) -> ErrorCode:

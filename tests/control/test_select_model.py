@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoint import latest_checkpoint
-from engine.control.api import ModelProgress
 from engine.control.model_switch import hub_progress_class
-from engine.events import Event, RoundCompleted, StateChanged
+from engine.events import Event, ModelProgress, RoundCompleted, StateChanged
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
 
