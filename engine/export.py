@@ -25,14 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.checkpoint import (
-    ROOT_MODEL_FILE,
-    CheckpointError,
-    checkpoint_dir_for,
-    latest_checkpoint,
-    load_weights,
-    read_state,
-)
+from engine import checkpoint
+from engine.checkpoint import CheckpointError, latest_checkpoint, load_weights, read_state
 from engine.errors import SapoError
 from engine.models import catalog
 from engine.models.backends import convert_cached, dequantized_cached, load_gguf_policy
@@ -124,7 +118,7 @@ def default_model(data_dir: Path) -> str:
         raise ExportError(f"cannot read {data_dir / 'settings.toml'} ({exc}): name the model with --model") from exc
     if chosen:
         return chosen
-    record = data_dir / "checkpoints" / ROOT_MODEL_FILE
+    record = data_dir / "checkpoints" / checkpoint.ROOT_MODEL_FILE
     owner = record.read_text(encoding="utf-8").strip() if record.is_file() else ""
     if owner:
         return owner
@@ -143,7 +137,7 @@ def find_checkpoint(data_dir: Path, model: str) -> tuple[Path, dict[str, Any]]:
     base = data_dir / "checkpoints"
     tried: list[Path] = []
     for key in dict.fromkeys([model, resolve_model_id(model)]):
-        folder = checkpoint_dir_for(base, key, key) if (base / ROOT_MODEL_FILE).is_file() else base
+        folder = checkpoint.checkpoint_dir_for(base, key, key) if (base / checkpoint.ROOT_MODEL_FILE).is_file() else base
         newest = latest_checkpoint(folder)
         if newest is not None:
             state = _read_state(newest)
