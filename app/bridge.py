@@ -34,7 +34,7 @@ class LinkChange:
 
     up: bool
     reason: str = ""
-    snapshot: dict[str, Any] | None = None  # {"status", "settings", "history", "machine"} when up
+    snapshot: dict[str, Any] | None = None  # {"status" (a NodeStatus), "settings", "history", "machine"} when up
     fatal: bool = False  # no point retrying (e.g. a wrong token)
 
 
@@ -106,7 +106,8 @@ class EngineBridge(QObject):
 
     def call(self, method: str, params: dict[str, Any] | None = None,
              callback: ReplyCallback | None = None, timeout_s: float = 600.0) -> int:
-        """Send a request without waiting; `callback(result, error)` runs later on the Qt thread."""
+        """Send a request without waiting; `callback(result, error)` runs later on the Qt thread. A
+        `status` result comes as the control client parses it: an engine.control.status.NodeStatus."""
         call_id = next(self._ids)
         if callback is not None:
             self._callbacks[call_id] = callback
@@ -141,7 +142,8 @@ class EngineBridge(QObject):
             self.reply.emit(call_id, None, "not connected to the engine")
             return
         try:
-            result = await client.call(method, params, timeout_s=timeout_s)
+            result = await (client.status(timeout_s) if method == "status"
+                            else client.call(method, params, timeout_s=timeout_s))
         except ControlError as exc:
             self.reply.emit(call_id, None, exc.message)
             return
@@ -168,7 +170,7 @@ class EngineBridge(QObject):
         client = ControlClient(self.url, token)
         try:
             await client.connect()
-            snapshot = {"status": await client.call("status"), "settings": await client.call("get_settings"),
+            snapshot = {"status": await client.status(), "settings": await client.call("get_settings"),
                         "history": await client.call("history", {"limit": self._history_limit})}
         except ControlError as exc:
             await client.close()

@@ -15,7 +15,9 @@ from typing import Any, ClassVar, Literal, cast, get_args
 
 from engine.errors import SapoError
 
-NODE_STATES = ("stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving")
+# What a node is doing (StateChanged, engine.control.status.NodeStatus).
+NodeState = Literal["stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving"]
+NODE_STATES: tuple[str, ...] = get_args(NodeState)
 # What became of a peer's group: in the pool, trained on, gone (the pool dropped it), or passed over by
 # this round's trainer while it stays in the pool ("skipped", with one of TRAINER_VERDICTS as reason).
 RolloutStatus = Literal["pooled", "used", "dropped", "skipped"]
@@ -56,9 +58,9 @@ def _snake(name: str) -> str:
 
 @dataclass(frozen=True)
 class StateChanged(Event):
-    """The node's state; one of NODE_STATES. `detail` says why (e.g. 'on battery')."""
+    """The node's state. `detail` says why (e.g. 'on battery')."""
 
-    state: str
+    state: NodeState
     detail: str = ""
 
 

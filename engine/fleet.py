@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.control.status import NodeStatus
 from engine.control.token import TokenError, validate_token
 from engine.errors import SapoError
 
@@ -84,20 +85,6 @@ def save_fleet(path: Path, entries: Sequence[FleetEntry]) -> None:
     os.replace(tmp, path)
 
 
-def recent_summary(rounds: Sequence[tuple[float, float]], now: float) -> dict[str, float | None]:
-    """From (timestamp, mean reward) of an engine's recent rounds, oldest first: rounds per minute over
-    the last 10 minutes, the mean reward of the last 20 rounds and of the 20 before (the trend)."""
-    window = [t for t, _ in rounds if now - t <= 600.0]
-    rate = None
-    if len(window) >= 2 and window[-1] > window[0]:
-        rate = (len(window) - 1) / (window[-1] - window[0]) * 60.0
-    rewards = [r for _, r in rounds if math.isfinite(r)]
-    last, before = rewards[-20:], rewards[-40:-20]
-    return {"rounds_per_min": rate, "reward": sum(last) / len(last) if last else None,
-            "reward_before": sum(before) / len(before) if before else None,
-            "last_round_at": rounds[-1][0] if rounds else None}
-
-
 @dataclass(frozen=True)
 class EngineReport:
     """What the fleet view shows of one engine."""
@@ -131,20 +118,15 @@ def _number(value: Any) -> float | None:
         else None
 
 
-def report_from_status(entry: FleetEntry, status: Any, now: float) -> EngineReport:
-    """An engine's `status` reply (untrusted: another machine's) -> its report."""
-    if not isinstance(status, dict):
-        return EngineReport(entry.name, entry.url, error="a malformed status reply")
-    recent = status.get("recent") if isinstance(status.get("recent"), dict) else {}
-    crash = status.get("last_crash") if isinstance(status.get("last_crash"), dict) else {}
-    text = lambda v, n=128: v[:n] if isinstance(v, str) else ""
-    rnd = status.get("round")
+def report_from_status(entry: FleetEntry, status: NodeStatus, now: float) -> EngineReport:
+    """An engine's status (another machine's, already checked by the control client) -> its report."""
+    recent, crash = status.recent, status.last_crash or {}
     return EngineReport(
-        entry.name, entry.url, reachable=True, state=text(status.get("state"), 32) or "unknown",
-        model=text(status.get("model")), round=rnd if isinstance(rnd, int) and not isinstance(rnd, bool) and rnd >= 0 else 0,
+        entry.name, entry.url, reachable=True, state=status.state, model=status.model[:128], round=status.round,
         rounds_per_min=_number(recent.get("rounds_per_min")), reward=_number(recent.get("reward")),
         reward_before=_number(recent.get("reward_before")), last_round_at=_number(recent.get("last_round_at")),
-        last_contact=now, checked_at=now, crash_at=_number(crash.get("ts")), crash_reason=text(crash.get("reason"), 300))
+        last_contact=now, checked_at=now, crash_at=_number(crash.get("ts")),
+        crash_reason=str(crash.get("reason") or "")[:300])
 
 
 STATE_WORDS = {"leaving": "leaving the swarm", "stopped": "", "pausing": "pausing", "joining": "joining again"}
@@ -255,7 +237,7 @@ class FleetPoller:
                             client = ControlClient(entry.url, entry.token, timeout_s=self.timeout_s)
                             clients[entry.url] = (entry, client)
                             await client.connect(open_timeout_s=self.timeout_s)
-                        report = report_from_status(entry, await clients[entry.url][1].call("status"), time.time())
+                        report = report_from_status(entry, await clients[entry.url][1].status(), time.time())
                     except (ControlError, OSError, TimeoutError) as exc:
                         failed = clients.pop(entry.url, None)
                         if failed is not None:  # a call that timed out leaves its connection open

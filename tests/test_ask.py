@@ -41,7 +41,7 @@ def test_an_ask_is_answered_between_rounds_while_training(tmp_path: Path, tiny_m
 
     async def main() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         await node.join()
-        await wait_for(lambda: node.status()["round"] >= 2)
+        await wait_for(lambda: node.status().round >= 2)
         drawn = await node.ask()
         named = await node.ask(specialty="basic_arithmetic")
         recent = node.recent_groups()
@@ -77,12 +77,12 @@ def test_a_paused_node_answers_at_once(tmp_path: Path, tiny_model: Path) -> None
 
     async def main() -> tuple[int, dict[str, Any]]:
         await node.join()
-        await wait_for(lambda: node.status()["round"] >= 1)
+        await wait_for(lambda: node.status().round >= 1)
         await node.pause()
-        await wait_for(lambda: node.status()["state"] == "paused")
-        paused_at = node.status()["round"]
+        await wait_for(lambda: node.status().state == "paused")
+        paused_at = node.status().round
         result = await asyncio.wait_for(node.ask(), 30)  # no round runs: the ask woke the worker
-        assert node.status()["round"] == paused_at
+        assert node.status().round == paused_at
         await node.leave()
         return paused_at, result
 

@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from engine import fleet
+from engine.control.protocol import ControlProtocolError, status_from_wire
+from engine.control.status import recent_summary
 from engine.fleet import (
     EngineReport,
     FleetEntry,
     FleetError,
     alerts,
     load_fleet,
-    recent_summary,
     report_from_status,
 )
 
@@ -50,17 +51,20 @@ def test_recent_summary_gives_the_rate_and_the_reward_trend() -> None:
                                        "last_round_at": None}
 
 
-def test_a_status_from_another_machine_is_parsed_defensively() -> None:
+def test_a_status_from_another_machine_is_checked_by_the_client_then_reported() -> None:
     entry = FleetEntry("box", "ws://127.0.0.1:1", TOKEN)
-    r = report_from_status(entry, {"state": "in_swarm", "model": "seed", "round": 12,
-                                   "recent": {"rounds_per_min": 30, "reward": 0.4, "reward_before": 0.2,
-                                              "last_round_at": 99.0},
-                                   "last_crash": {"ts": 50.0, "reason": "killed (SIGKILL)"}}, now=100.0)
+    r = report_from_status(entry, status_from_wire({"state": "in_swarm", "model": "seed", "round": 12,
+                                                    "recent": {"rounds_per_min": 30, "reward": 0.4,
+                                                               "reward_before": 0.2, "last_round_at": 99.0},
+                                                    "last_crash": {"ts": 50.0, "reason": "killed (SIGKILL)"}}),
+                           now=100.0)
     assert (r.reachable, r.state, r.round, r.rounds_per_min, r.trend, r.crash_at) == (True, "in_swarm", 12, 30, "↑", 50.0)
-    junk = report_from_status(entry, {"state": 5, "round": -3, "model": ["x"], "recent": {"reward": float("nan")},
-                                      "last_crash": "x"}, now=1.0)
-    assert (junk.state, junk.round, junk.model, junk.reward, junk.crash_at) == ("unknown", 0, "", None, None)
-    assert not report_from_status(entry, "garbage", 1.0).reachable
+    for junk in ({"state": 5}, {"state": "flying"}, {"round": -3}, {"model": ["x"]}, {"recent": {"reward": "x"}},
+                 {"last_crash": "x"}, {"round": True}, "garbage"):  # the client refuses each (ControlError)
+        with pytest.raises(ControlProtocolError):
+            status_from_wire(junk)
+    odd = report_from_status(entry, status_from_wire({"recent": {"reward": float("nan")}, "unknown_key": 1}), 1.0)
+    assert (odd.state, odd.reward) == ("stopped", None)
 
 
 def _training(now: float, **changes: object) -> EngineReport:

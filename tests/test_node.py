@@ -40,16 +40,16 @@ def test_join_pause_resume_leave(tmp_path: Path, tiny_model: Path) -> None:
 
     async def main() -> None:
         await node.join()
-        await wait_for(lambda: node.status()["round"] >= 2)
+        await wait_for(lambda: node.status().round >= 2)
         await node.pause(after_round=True)
-        await wait_for(lambda: node.status()["state"] == "paused")
-        paused_at = node.status()["round"]
+        await wait_for(lambda: node.status().state == "paused")
+        paused_at = node.status().round
         await asyncio.sleep(0.5)
-        assert node.status()["round"] == paused_at  # no round runs while paused
+        assert node.status().round == paused_at  # no round runs while paused
         await node.resume()
-        await wait_for(lambda: node.status()["round"] > paused_at)
+        await wait_for(lambda: node.status().round > paused_at)
         await node.leave()
-        assert node.status()["state"] == "stopped"
+        assert node.status().state == "stopped"
 
     asyncio.run(main())
     states = [e.state for e in seen if isinstance(e, StateChanged)]
@@ -73,10 +73,10 @@ def test_restart_resumes_from_the_checkpoint(tmp_path: Path, tiny_model: Path) -
         return node
 
     first = asyncio.run(run_rounds(3))
-    assert first.status()["round"] == 3
+    assert first.status().round == 3
     second = asyncio.run(run_rounds(2))
-    assert second.status()["round"] == 5  # continued, did not start over
-    assert second.status()["policy_version"] >= first.status()["policy_version"]
+    assert second.status().round == 5  # continued, did not start over
+    assert second.status().policy_version >= first.status().policy_version
 
 
 def test_settings_update_is_validated_and_persisted(tmp_path: Path, tiny_model: Path) -> None:
@@ -102,11 +102,11 @@ def test_snoozed_node_pauses_with_the_reason(tmp_path: Path, tiny_model: Path) -
     async def main() -> None:
         await node.snooze(3600)
         await node.join()
-        await wait_for(lambda: node.status()["state"] == "paused")
-        assert "snoozed" in node.status()["detail"]
-        assert node.status()["round"] == 0
+        await wait_for(lambda: node.status().state == "paused")
+        assert "snoozed" in node.status().detail
+        assert node.status().round == 0
         await node.resume()  # resume ends the snooze
-        await wait_for(lambda: node.status()["round"] >= 1)
+        await wait_for(lambda: node.status().round >= 1)
         await node.leave()
 
     asyncio.run(main())
@@ -166,7 +166,7 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
     cfg = dataclasses.replace(small_config(tmp_path, tiny_model, rounds=1), solo=False,
                               swarm=SwarmConfig(listen_host="127.0.0.1", mdns=False))
     node = Node(cfg)
-    assert node.status()["swarm"] == {}  # not in a swarm yet
+    assert node.status().swarm == {}  # not in a swarm yet
 
     async def main() -> None:
         await node.join()
@@ -183,7 +183,7 @@ def test_status_shows_what_the_swarm_refused(tmp_path: Path, tiny_model: Path) -
                              Provenance("x" * 43, "seed", 1, 1, time.time()))
         node.net.pool.offer(dataclasses.replace(group, completions=(" " * 9000, *group.completions[1:])))
         node.net.pool.offer(dataclasses.replace(group, question_hash="0" * 64))
-        health = node.status()["swarm"]
+        health = node.status().swarm
         assert health["groups_dropped"] == {"oversized": 1, "forged_ref": 1} and health["groups_received"] == 2
         assert health["frames_refused"] == {} and health["links"] == 0
         from engine.swarm.errors import ProtocolError
@@ -221,7 +221,7 @@ def test_a_bootstrap_url_set_in_the_settings_is_used_at_once(tmp_path: Path, tin
             assert boot.status()["peers"] == []
             await node.update_settings({"bootstrap_url": boot.url})
             await wait_for(lambda: len(boot.status()["peers"]) == 1, timeout=30)
-            assert node.status()["round"] >= 0 and node.net.settings.bootstrap_url == boot.url
+            assert node.status().round >= 0 and node.net.settings.bootstrap_url == boot.url
             await node.leave()
         finally:
             await boot.stop()

@@ -40,7 +40,7 @@ def test_each_round_runs_on_the_threads_chosen_for_it(tmp_path: Path, tiny_model
 
     def on_round(event: object) -> None:  # on the trainer's thread: torch's thread count is per thread
         if isinstance(event, RoundCompleted):
-            ran.append((torch.get_num_threads(), node.status()["threads"]))
+            ran.append((torch.get_num_threads(), node.status().threads))
 
     node.bus.add_listener(on_round)
 
@@ -58,7 +58,7 @@ def test_each_round_runs_on_the_threads_chosen_for_it(tmp_path: Path, tiny_model
         assert choice["others_busy"] >= 0.0 and torch_threads == choice["threads"]
     machine = node.machine()
     assert machine["lent"]["cpu_cores_setting"] == 2
-    assert machine["lent"]["busy_cores"] == node.status()["threads"]["others_busy"]
+    assert machine["lent"]["busy_cores"] == node.status().threads["others_busy"]
 
 
 def test_a_long_pause_releases_the_model_and_resume_loads_it_again(
@@ -71,13 +71,13 @@ def test_a_long_pause_releases_the_model_and_resume_loads_it_again(
 
     async def main() -> None:
         await node.join()
-        await wait_for(lambda: node.status()["round"] >= 1)
+        await wait_for(lambda: node.status().round >= 1)
         await node.pause()
-        await wait_for(lambda: node.status()["model_released"])
+        await wait_for(lambda: node.status().model_released)
         assert list((tmp_path / "checkpoints").rglob("*.safetensors"))  # checkpointed before it was released
-        paused_at = node.status()["round"]
+        paused_at = node.status().round
         await node.resume()
-        await wait_for(lambda: node.status()["round"] > paused_at and not node.status()["model_released"])
+        await wait_for(lambda: node.status().round > paused_at and not node.status().model_released)
         await node.leave()
 
     try:

@@ -52,8 +52,7 @@ class AppModel:
             self.peers.count(event)  # live only: history's peer rows already hold the store's totals
         elif isinstance(event, PeerUpdated):
             self.peers.apply(event)
-            self.node.peers = self.peers.connected
-            self.node.version += 1
+            self.node.set_peers(self.peers.connected)
         elif isinstance(event, LogRecord):
             self.log.add(event.level, event.message, event.ts)
         elif isinstance(event, ModelProgress):

@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events import NODE_STATES, RoundCompleted, StateChanged, WorkProgress
+from engine.control.status import NodeStatus
+from engine.events import NODE_STATES, NodeState, RoundCompleted, StateChanged, WorkProgress
 from engine.supervisor import crash_text, parse_crash
 
 STATE_LABELS = {
@@ -62,7 +63,7 @@ class NodeModel:
     """What the header and the tray show. `connected` is the control link, not the swarm."""
 
     def __init__(self) -> None:
-        self.state = "stopped"
+        self.state: NodeState = "stopped"
         self.detail = ""
         self.round = 0
         self.policy_version = 0
@@ -85,52 +86,60 @@ class NodeModel:
         self.contribution: dict[str, Any] = {}  # what this machine has given (engine.machine.contribution), checked
         self.version = 0
 
-    def apply_status(self, status: dict[str, Any]) -> None:
-        state = status.get("state")
-        if isinstance(state, str) and state in NODE_STATES:
-            self.state = state
-        for key in ("detail", *IDENTITY_KEYS):
-            if isinstance(status.get(key), str):
-                setattr(self, key, status[key])
-        for key in ("round", "policy_version", "peers"):
-            value = status.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(self, key, value)
-        self.last_crash = parse_crash(status.get("last_crash"))
-        self._apply_eval_every(status)
-        self.contribution = parse_contribution(status.get("contribution"))
+    def connect(self, url: str, status: NodeStatus) -> None:
+        """The control link came up at `url`, with the engine's status at that moment."""
+        self.connected, self.engine_url = True, url
+        self.apply_status(status)
+
+    def disconnect(self, last_crash: dict[str, Any] | None = None) -> None:
+        """The control link went down (`last_crash`: why a local engine died, if its supervisor said)."""
+        self.connected = False
+        self.last_crash = last_crash or self.last_crash
         self.version += 1
 
-    def _apply_eval_every(self, status: dict[str, Any]) -> bool:
-        every, every_s, changed = status.get("eval_every"), status.get("eval_every_s"), False
-        if isinstance(every, int) and not isinstance(every, bool) and 0 <= every <= 10**9 and every != self.eval_every:
-            self.eval_every, changed = every, True
-        if isinstance(every_s, (int, float)) and not isinstance(every_s, bool) and 0 <= every_s <= 10**9 \
-                and every_s != self.eval_every_s:
-            self.eval_every_s, changed = float(every_s), True
+    def set_peers(self, peers: int) -> None:
+        """The peers reachable now, as the peers table counts them."""
+        if peers != self.peers:
+            self.peers = peers
+            self.version += 1
+
+    def apply_status(self, status: NodeStatus) -> None:
+        """Everything a status says (the control client has checked its types)."""
+        self.state, self.detail = status.state, status.detail
+        for key in IDENTITY_KEYS:
+            setattr(self, key, getattr(status, key))
+        self.round, self.policy_version, self.peers = status.round, status.policy_version, status.peers
+        self.last_crash = parse_crash(status.last_crash)
+        self._apply_eval_every(status)
+        self.contribution = parse_contribution(status.contribution)
+        self.version += 1
+
+    def _apply_eval_every(self, status: NodeStatus) -> bool:
+        changed = False
+        if status.eval_every is not None and status.eval_every != self.eval_every:
+            self.eval_every, changed = status.eval_every, True
+        if status.eval_every_s is not None and status.eval_every_s != self.eval_every_s:
+            self.eval_every_s, changed = float(status.eval_every_s), True
         return changed
 
-    def apply_identity(self, status: dict[str, Any]) -> None:
+    def apply_identity(self, status: NodeStatus) -> None:
         """What events don't carry (model, device, backend, names) from a later `status` reply; the
         state and counters stay with the events, which may be newer than the reply."""
         changed = self._apply_eval_every(status)
-        contribution = parse_contribution(status.get("contribution"))
+        contribution = parse_contribution(status.contribution)
         if contribution != self.contribution:
             self.contribution, changed = contribution, True
-        crash = parse_crash(status.get("last_crash"))
+        crash = parse_crash(status.last_crash)
         if crash != self.last_crash:
             self.last_crash, changed = crash, True
-        switched = isinstance(status.get("model"), str) and self.model not in ("", status["model"])
+        switched = self.model not in ("", status.model)
         for key in IDENTITY_KEYS:
-            value = status.get(key)
-            if isinstance(value, str) and value != getattr(self, key):
+            value = getattr(status, key)
+            if value != getattr(self, key):
                 setattr(self, key, value)
                 changed = True
         if switched:  # rounds are numbered per model: the switched-to model's count, before it trains
-            for key in ("round", "policy_version"):
-                value = status.get(key)
-                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                    setattr(self, key, value)
+            self.round, self.policy_version = status.round, status.policy_version
         if changed:
             self.version += 1
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from app.models.feed import reason_words
 from app.models.history import whole_count
+from engine.control.status import NodeStatus
 from engine.events import PeerUpdated, RolloutSeen
 from engine.swarm.peers import FORGET_AFTER_S
 
@@ -246,9 +247,9 @@ class PeersModel:
         self.swarm: SwarmRefusals | None = None  # None when solo or not yet known
         self.version = 0
 
-    def apply_status(self, status: dict[str, Any]) -> None:
+    def apply_status(self, status: NodeStatus) -> None:
         """The swarm counters from a `status` reply (cumulative, so the newest reply wins)."""
-        swarm = parse_swarm(status.get("swarm"))
+        swarm = parse_swarm(status.swarm)
         if swarm != self.swarm:
             self.swarm = swarm
             self.version += 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.bridge import EngineSession
 from app.views.machine import progress_text, short_model_name
+from engine.control.status import NodeStatus
 from engine.events import ModelProgress
 
 HISTORY_LIMIT = 2000  # rounds of a model the dashboard reloads (its totals count all of them)
@@ -51,7 +52,7 @@ class EngineActions:
 
         def reply(result: Any, _error: str | None) -> None:
             s.status_calls -= 1
-            if isinstance(result, dict):
+            if isinstance(result, NodeStatus):
                 s.model.node.apply_identity(result)
                 s.model.peers.apply_status(result)
                 self._update_header()

@@ -38,6 +38,7 @@ from app.views.peers import PeersView
 from app.views.rollouts import RolloutsView
 from app.views.settings import SettingsView
 from app.views.try_it import TryItView
+from engine.control.status import NodeStatus
 from engine.events import ModelProgress, StateChanged
 from engine.fleet import FleetEntry, FleetPoller
 from engine.paths import fleet_file as default_fleet_file
@@ -253,13 +254,11 @@ class MainWindow(EngineActions, QMainWindow):
         url = session.bridge.url
         if change.up and change.snapshot is not None:
             snap = change.snapshot
-            if "status" in snap:
-                node.connected = True
-                node.engine_url = url
-                if isinstance(snap["status"], dict):
-                    node.apply_status(snap["status"])
-                    model.peers.apply_status(snap["status"])
-                    model.peers.engine_connected(snap["status"].get("peers"))
+            status = snap.get("status")
+            if isinstance(status, NodeStatus):
+                node.connect(url, status)
+                model.peers.apply_status(status)
+                model.peers.engine_connected(status.peers)
                 model.load_history(snap.get("history"))
                 if isinstance(snap.get("settings"), dict):
                     model.settings = snap["settings"]
@@ -275,10 +274,8 @@ class MainWindow(EngineActions, QMainWindow):
             return
         if not change.up:
             was = node.connected
-            node.connected = False
-            if node.data_dir and session.home:  # a local engine's supervisor writes why it died before a restart
-                node.last_crash = read_last_crash(Path(node.data_dir)) or node.last_crash
-            node.version += 1
+            # a local engine's supervisor writes why it died before a restart
+            node.disconnect(read_last_crash(Path(node.data_dir)) if node.data_dir and session.home else None)
             if was or change.fatal:
                 model.log.add("warning", f"engine link lost: {change.reason}")
             if shown:

@@ -17,6 +17,8 @@ from typing import Any
 
 from engine.control.client import ControlClient, ControlError
 from engine.control.launcher import find_engine
+from engine.control.protocol import status_to_wire
+from engine.control.status import NodeStatus
 from engine.control.token import ControlInfo, TokenError, read_token
 from engine.errors import SapoError
 from engine.paths import default_data_dir
@@ -72,20 +74,20 @@ async def _command(args: argparse.Namespace, info: ControlInfo, token: str) -> i
     timeout = max(1.0, float(getattr(args, "timeout", 30.0))) if name == "finish" else 30.0
     async with ControlClient(info.url, token, timeout_s=timeout) as client:
         if name == "status":
-            status = await client.call("status")
+            status = await client.status()
             print(json.dumps(status_object(status, info)) if args.json else status_text(status))
             return 0
         if name == "finish":
             print("finishing the round in flight ...", file=sys.stderr, flush=True)
             await client.call("finish")
-            status = await client.call("status")
-            print(f"finished after round {status.get('round', 0)}: training stopped, the engine stays up "
+            status = await client.status()
+            print(f"finished after round {status.round}: training stopped, the engine stays up "
                   "(`sapo resume` trains again)")
             return 0
         if name == "pause":
             await client.call("pause", {"after_round": True})
-            status = await client.call("status")
-            print("pausing: the round in flight finishes first" if status.get("state") == "pausing"
+            status = await client.status()
+            print("pausing: the round in flight finishes first" if status.state == "pausing"
                   else status_text(status))
             return 0
         await client.call("resume")
@@ -93,23 +95,23 @@ async def _command(args: argparse.Namespace, info: ControlInfo, token: str) -> i
         return 0
 
 
-async def _settled(client: ControlClient) -> dict[str, Any]:
+async def _settled(client: ControlClient) -> NodeStatus:
     """The status once the node has re-read its rules after a resume (a paused node wakes between
     checks), or after RESUME_SETTLE_S."""
     deadline = time.monotonic() + RESUME_SETTLE_S
     while True:
-        status: dict[str, Any] = await client.call("status")
-        if status.get("paused_by") != "you" or time.monotonic() >= deadline:
+        status = await client.status()
+        if status.paused_by != "you" or time.monotonic() >= deadline:
             return status
         await asyncio.sleep(0.1)
 
 
-def status_object(status: Any, info: ControlInfo) -> dict[str, Any]:
+def status_object(status: NodeStatus, info: ControlInfo) -> dict[str, Any]:
     """The machine-readable status: stable keys, `training` for a script's if."""
-    raw = status if isinstance(status, dict) else {}
-    out = {key: raw.get(key) for key in STATUS_JSON_KEYS}
-    out["training"] = raw.get("state") in ("solo", "in_swarm", "joining", "pausing")
-    out["paused"] = raw.get("state") == "paused"
+    wire = status_to_wire(status)
+    out = {key: wire[key] for key in STATUS_JSON_KEYS}
+    out["training"] = status.state in ("solo", "in_swarm", "joining", "pausing")
+    out["paused"] = status.state == "paused"
     out["engine"] = {"url": info.url, "pid": info.pid}
     return out
 
@@ -119,12 +121,9 @@ STATE_WORDS = {"stopped": "not training", "solo": "training solo", "joining": "j
                "leaving": "leaving the swarm"}
 
 
-def status_text(status: Any) -> str:
-    raw = status if isinstance(status, dict) else {}
-    state = str(raw.get("state", "?"))
-    detail = str(raw.get("detail") or "")
-    head = STATE_WORDS.get(state, state) + (f": {detail}" if detail else "")
-    peers = raw.get("peers", 0)
-    model = raw.get("model_name") or raw.get("model") or "?"
-    device = f" on {raw['device']}" if raw.get("device") else ""  # known once the model has loaded
-    return f"{head}\nround {raw.get('round', 0)} · {model}{device} · {peers} peer{'' if peers == 1 else 's'}"
+def status_text(status: NodeStatus) -> str:
+    head = STATE_WORDS.get(status.state, status.state) + (f": {status.detail}" if status.detail else "")
+    peers = status.peers
+    model = status.model_name or status.model or "?"
+    device = f" on {status.device}" if status.device else ""  # known once the model has loaded
+    return f"{head}\nround {status.round} · {model}{device} · {peers} peer{'' if peers == 1 else 's'}"

@@ -10,20 +10,15 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from engine.bus import EventBus
-
-# Keys `status()` returns; the GUI's header shows them.
-STATUS_KEYS = ("state", "detail", "paused_by", "round", "policy_version", "peers", "model", "device", "backend",
-               "data_dir", "peer_name")
+from engine.control.status import NodeStatus
 
 
 @runtime_checkable
 class NodeControl(Protocol):
     bus: EventBus
 
-    def status(self) -> dict[str, Any]:
-        """{"state","detail","paused_by","round","policy_version","peers","model","device","backend","data_dir",
-        "peer_name"}; `paused_by` says why a paused node is paused ("you", "start", or a rule of
-        engine.machine.guard.CAUSES: "snooze", "schedule", "battery", "owner", "temperature"), "" otherwise"""
+    def status(self) -> NodeStatus:
+        """The node's state and counters now (engine.control.status)."""
         ...
 
     async def join(self) -> None:

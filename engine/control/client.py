@@ -23,7 +23,9 @@ from engine.control.protocol import (
     Reply,
     encode_request,
     parse_server_message,
+    status_from_wire,
 )
+from engine.control.status import NodeStatus
 from engine.errors import SapoError
 from engine.events import Event, EventError
 
@@ -103,6 +105,14 @@ class ControlClient:
         if not reply.ok:
             raise ControlError(int(reply.error_code or 0), reply.error_message)
         return reply.result
+
+    async def status(self, timeout_s: float | None = None) -> NodeStatus:
+        """The node's status, parsed and checked (ControlError when the engine's reply is malformed)."""
+        result = await self.call("status", timeout_s=timeout_s)
+        try:
+            return status_from_wire(result)
+        except ControlProtocolError as exc:
+            raise ControlError(int(exc.code), f"status: {exc.message}") from None
 
     async def subscribe(self, replay: bool = True) -> None:
         await self.call("subscribe", {"replay": replay})

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from engine.control.status import NodeStatus
 from engine.errors import SapoError
 from engine.events import Event, EventError, event_from_dict
 
@@ -322,3 +323,40 @@ def check_event_types(event: Event) -> None:
     for f in dataclasses.fields(event):
         if not _conforms(getattr(event, f.name), hints[f.name]):
             raise EventError(f"{event.type}.{f.name} has the wrong type")
+
+
+# --- the node's status: typed on both sides, the field names as wire keys ---------------------------
+
+_COUNTERS = ("round", "policy_version", "peers")
+
+
+def _status_errors(fields: dict[str, Any]) -> list[str]:
+    hints = _hints(NodeStatus)
+    bad = [name for name, value in fields.items() if not _conforms(value, hints[name])]
+    bad += [name for name in _COUNTERS if name in fields and name not in bad and not 0 <= fields[name] < 2**53]
+    return bad
+
+
+def status_to_wire(status: NodeStatus) -> dict[str, Any]:
+    """The `status` reply's result: every field under its name. Raises ValueError when a field does not
+    hold its declared type (a node bug, reported as INTERNAL rather than sent; a non-finite number is
+    refused by `encode_result`, and by the client's JSON parser)."""
+    wire = dataclasses.asdict(status)
+    bad = _status_errors(wire)
+    if bad:
+        raise ValueError(f"status fields of the wrong type: {', '.join(bad)}")
+    return wire
+
+
+def status_from_wire(result: Any) -> NodeStatus:
+    """A `status` reply's result (untrusted) -> NodeStatus. A key an older engine does not send takes
+    its default and a key a newer one adds is ignored; a field of the wrong type refuses the whole
+    reply (ControlProtocolError)."""
+    if not isinstance(result, dict):
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, "a status reply must be an object")
+    names = {f.name for f in dataclasses.fields(NodeStatus)}
+    fields = {name: value for name, value in result.items() if name in names}
+    bad = _status_errors(fields)
+    if bad:
+        raise ControlProtocolError(ErrorCode.INVALID_REQUEST, f"status fields of the wrong type: {', '.join(bad)}")
+    return NodeStatus(**fields)

@@ -29,6 +29,7 @@ from engine.control.protocol import (
     encode_event,
     encode_result,
     parse_request,
+    status_to_wire,
     token_matches,
 )
 
@@ -204,7 +205,7 @@ class ControlServer:
         if method == "ping":
             return {"pong": True, "ts": time.time()}
         if method == "status":
-            return node.status()
+            return status_to_wire(node.status())
         if method in ("join", "leave", "resume"):
             await getattr(node, method)()
             return {"ok": True}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.settings import ContributorSettings, LocalTime, format_time
 
-# Why a verdict refuses, for scripts and the GUI (`status()["paused_by"]`); the reason is the sentence.
+# Why a verdict refuses, for scripts and the GUI (`status().paused_by`); the reason is the sentence.
 CAUSES = ("snooze", "schedule", "battery", "owner", "temperature")
 
 

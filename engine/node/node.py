@@ -22,8 +22,8 @@ from engine import autostart, doctor
 from engine.bus import EventBus
 from engine.checkpoint import checkpoint_dir_for
 from engine.control.model_switch import prepare_model
-from engine.events import Event, LogRecord, ModelProgress, PeerUpdated, RolloutSeen, StateChanged
-from engine.fleet import recent_summary
+from engine.control.status import NodeStatus, recent_summary
+from engine.events import Event, LogRecord, ModelProgress, NodeState, PeerUpdated, RolloutSeen, StateChanged
 from engine.machine.contribution import Contribution
 from engine.machine.guard import Verdict, may_train, probe_machine
 from engine.machine.load import PauseTimer, ThreadPacer, pace_threads
@@ -60,7 +60,8 @@ class Node:
         self.settings = settings or ContributorSettings.load(config.data_dir)
         self.store = Store(config.data_dir / "node.db")
         self.bus.add_listener(self._record)
-        self._state, self._detail = "stopped", ""
+        self._state: NodeState = "stopped"
+        self._detail = ""
         self._round, self._policy_version = 0, 0
         self._model_label, self._device, self._backend = config.model, "", ""
         self._lock = threading.Lock()
@@ -92,21 +93,19 @@ class Node:
         self._last_crash = read_last_crash(config.data_dir)  # why the previous engine died, if it did
 
     # ---- NodeControl ------------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         with self._lock:
             paused_by = self._paused_by if self._state in ("paused", "pausing") else ""
-            return {"state": self._state, "detail": self._detail, "paused_by": paused_by, "round": self._round,
-                    "policy_version": self._policy_version, "peers": self.net.peer_count(),
-                    "model": self._model_label, "model_about": about_model(self._model_label),
-                    "model_name": model_name(self._model_label),
-                    "device": self._device, "backend": self._backend, "data_dir": str(self.config.data_dir),
-                    "peer_name": self.net.identity.name if self.net.identity else "",
-                    "swarm": self.net.health(self._reputation),
-                    "last_crash": self._last_crash, "eval_every": self._eval_every,
-                    "eval_every_s": self._eval_every_s,
-                    "recent": recent_summary(list(self._recent_rounds), time.time()),
-                    "memory": self._heap.status(), "contribution": self._contribution.status(),
-                    "threads": dict(self._threads), "model_released": self._pause.released}
+            return NodeStatus(
+                state=self._state, detail=self._detail, paused_by=paused_by, round=self._round,
+                policy_version=self._policy_version, peers=self.net.peer_count(), model=self._model_label,
+                model_about=about_model(self._model_label), model_name=model_name(self._model_label),
+                device=self._device, backend=self._backend, data_dir=str(self.config.data_dir),
+                peer_name=self.net.identity.name if self.net.identity else "",
+                swarm=self.net.health(self._reputation), last_crash=self._last_crash, eval_every=self._eval_every,
+                eval_every_s=self._eval_every_s, recent=recent_summary(list(self._recent_rounds), time.time()),
+                memory=self._heap.status(), contribution=self._contribution.status(), threads=dict(self._threads),
+                model_released=self._pause.released)
 
     async def join(self) -> None:
         if self._worker is not None and self._worker.is_alive():
@@ -358,7 +357,7 @@ class Node:
         self._heap.after_round()
 
     # ---- bookkeeping ------------------------------------------------------------------------------
-    def _set_state(self, state: str, detail: str = "", training: bool = False) -> None:
+    def _set_state(self, state: NodeState, detail: str = "", training: bool = False) -> None:
         """`training`: the worker starting a round; a leave or pause asked for meanwhile keeps its
         "leaving" / "pausing" (the round still runs, and the state says what comes after it)."""
         with self._lock:

@@ -31,6 +31,7 @@ from app.bridge import EngineBridge
 from app.views.main_window import MainWindow
 from engine.control.api import NodeControl
 from engine.control.server import ControlServer
+from engine.control.status import NodeStatus
 from engine.control.token import (
     create_token,
     read_control_info,
@@ -102,9 +103,9 @@ class EngineThread:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(timeout)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> NodeStatus:
         """The node's status, read on the engine loop as the control server reads it."""
-        async def read() -> dict[str, Any]:
+        async def read() -> NodeStatus:
             return self.node.status()
         return self.run(read())
 
@@ -167,7 +168,7 @@ async def start_first(node: Node, timeout_s: float = 60.0) -> None:
     5's loading (meta-device init is process-wide), so a second node in the process loads after."""
     await node.join()
     deadline = time.monotonic() + timeout_s
-    while node.status()["round"] < 1:
+    while node.status().round < 1:
         if node.error is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the first node did not start: {node.error or 'timed out'}")
         await asyncio.sleep(0.05)

@@ -63,7 +63,7 @@ def run(out_dir: Path, timeout_s: float, model_name: str, rounds: int) -> int:
 
     for engine in engines:  # one at a time: two model loads at once in one process break transformers
         engine.run(engine.node.join())
-        pump_until(lambda e=engine: e.status()["round"] >= 1, timeout_s)
+        pump_until(lambda e=engine: e.status().round >= 1, timeout_s)
 
     table = window.fleet.table
     pump_until(lambda: table.rowCount() == 2 and all(

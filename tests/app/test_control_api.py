@@ -65,7 +65,7 @@ def test_wrong_token_is_refused_and_closed(engine: EngineThread) -> None:
     assert code == 1008 and [r["id"] for r in replies] == [1]
     assert replies[0]["error"]["code"] == ErrorCode.UNAUTHORIZED
     time.sleep(0.3)
-    assert engine.status()["state"] == "stopped" and engine.status()["round"] == 0
+    assert engine.status().state == "stopped" and engine.status().round == 0
     assert engine.node.history()["rounds"] == [] and engine.server.refused == 2
 
 
@@ -116,6 +116,8 @@ def test_bad_requests_get_errors_and_the_session_survives(engine: EngineThread) 
             assert info.value.code == ErrorCode.REJECTED and "unknown model 'no-such-model'" in info.value.message
             status = await client.call("status")
             assert status["state"] == "stopped" and set(status) >= {"round", "policy_version", "peers"}
+            typed = await client.status()  # the same reply, parsed and checked once
+            assert (typed.state, typed.round, typed.data_dir) == ("stopped", status["round"], status["data_dir"])
             settings = await client.call("update_settings", {"changes": {"cpu_cores": 3}})
             assert settings["cpu_cores"] == 3
             assert (await client.call("get_settings"))["cpu_cores"] == 3
@@ -151,7 +153,7 @@ def test_events_are_pushed_after_subscribe_and_calls_run_concurrently(slow_engin
     rounds = [e.round for e in first + rest if isinstance(e, RoundCompleted)]
     assert rounds == [1, 2]  # the round in flight finished, then the node stopped
     assert [r["round"] for r in engine.node.history()["rounds"]] == [1, 2]
-    assert engine.status()["state"] == "stopped"
+    assert engine.status().state == "stopped"
 
 
 def test_shutdown_runs_the_engines_callback(engine: EngineThread) -> None:

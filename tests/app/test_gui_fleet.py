@@ -102,9 +102,9 @@ def test_a_fleet_engine_is_shown_in_place_and_acted_on_then_back_to_this_one(
     win = None
     try:
         box.run(box.node.join())
-        _wait(lambda: box.status()["round"] >= 3)
+        _wait(lambda: box.status().round >= 3)
         box.run(box.node.leave(), timeout=120)
-        trained = box.status()["round"]
+        trained = box.status().round
 
         bridge = EngineBridge(engine.url, lambda: engine.token, reconnect_s=0.1)
         win = MainWindow(bridge, refresh_ms=50, use_tray=False, fleet_file=tmp_path / "fleet.json")
@@ -129,12 +129,12 @@ def test_a_fleet_engine_is_shown_in_place_and_acted_on_then_back_to_this_one(
         assert win.tabs.indexOf(win.fleet) == 4 and win.tabs.count() == 8  # the same tabs, the fleet kept
 
         qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)  # acts on the engine shown
-        _wait(lambda: box.status()["round"] > trained)
-        assert engine.status()["state"] == "stopped" and home.model.node.state == "stopped"
+        _wait(lambda: box.status().round > trained)
+        assert engine.status().state == "stopped" and home.model.node.state == "stopped"
         qtbot.waitUntil(lambda: win.model.dashboard.rounds > trained, timeout=30_000)  # live, not only history
         qtbot.waitUntil(lambda: win.join_button.isEnabled() and "Leave" in win.join_button.text(), timeout=30_000)
         qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)
-        _wait(lambda: box.status()["state"] == "stopped", timeout_s=120)
+        _wait(lambda: box.status().state == "stopped", timeout_s=120)
 
         qtbot.mouseClick(win.header.home_button, Qt.MouseButton.LeftButton)
         assert win.session is home and win.bridge.url == engine.url and win.windowTitle() == "SAPO Swarm"

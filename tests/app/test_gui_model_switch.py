@@ -54,7 +54,7 @@ def test_switch_button_without_the_hub_shows_a_clear_error(qtbot: QtBot, window:
     qtbot.waitUntil(lambda: "Could not switch to qwen2.5-0.5b-instruct" in view.progress_label.text(), timeout=WAIT_MS)
     assert "Connection refused" in view.progress_label.text() and view.progress_label.property("role") == "error"
     assert view.switch_button.isEnabled() and not view.progress.isVisible()
-    assert window.stats["model"].text() == "tiny-a" and engine.status()["model"].endswith("tiny-a")
+    assert window.stats["model"].text() == "tiny-a" and engine.status().model.endswith("tiny-a")
 
 
 def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: MainWindow, engine: EngineThread,
@@ -63,14 +63,14 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     # refused while training: the button is off, and the node itself refuses (other clients exist)
     assert view.switch_button.isEnabled()
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: engine.status()["round"] >= 1, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: engine.status().round >= 1, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: not view.switch_button.isEnabled(), timeout=WAIT_MS)
     assert view.progress_label.text() == "Pause or leave the swarm to switch models."
     view.switch_requested.emit(str(tiny_model_b))  # what the button sends for a selected row
     qtbot.waitUntil(lambda: "pause or leave before switching" in view.progress_label.text(), timeout=WAIT_MS)
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)  # leave
     qtbot.waitUntil(lambda: window.model.node.state == "stopped", timeout=WAIT_MS)
-    before = engine.status()["round"]
+    before = engine.status().round
     # stopped: the switch lands, the header shows the new model before any round runs on it
     view.switch_requested.emit(str(tiny_model_b))
     qtbot.waitUntil(lambda: window.stats["model"].text() == "tiny-b", timeout=WAIT_MS)
@@ -91,7 +91,7 @@ def test_switch_to_another_model_then_rounds_run_on_it(qtbot: QtBot, window: Mai
     # rounds are numbered per model: B counts from its own round 1, and the dashboard shows B's rounds
     qtbot.waitUntil(lambda: window.model.dashboard.model == "tiny-b" and window.model.dashboard.rounds >= 2,
                     timeout=WAIT_MS)
-    assert engine.status()["model"] == "tiny-b" and window.stats["model"].text() == "tiny-b"
+    assert engine.status().model == "tiny-b" and window.stats["model"].text() == "tiny-b"
     qtbot.waitUntil(lambda: any("ready: tiny-b on cpu" in line.message for line in window.model.log.lines),
                     timeout=WAIT_MS)
     assert window.model.dashboard.series["reward"].x[0] == 1 and before >= 1
@@ -110,5 +110,5 @@ def test_switch_to_a_catalog_row_marks_it_as_current(qtbot: QtBot, window: MainW
     qtbot.mouseClick(view.switch_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.stats["model"].text() == "seed", timeout=WAIT_MS)
     qtbot.waitUntil(lambda: view.table.item(row, 0).font().bold(), timeout=WAIT_MS)
-    assert engine.status()["model"] == "seed"
+    assert engine.status().model == "seed"
     assert sum(view.table.item(i, 0).font().bold() for i in range(view.table.rowCount())) == 1

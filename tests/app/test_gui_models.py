@@ -15,6 +15,8 @@ from app.models.history import parse_history
 from app.models.node import NodeModel
 from app.models.peers import PeersModel
 from app.models.ring import Ring, Window, decimate
+from engine.control.protocol import ControlProtocolError, status_from_wire
+from engine.control.status import NodeStatus
 from engine.events import EvalCompleted, PeerUpdated, RolloutSeen, RoundCompleted, StateChanged
 from engine.store import Store
 
@@ -114,7 +116,10 @@ def test_peers_model_keeps_newest_news_and_bounds_its_size() -> None:
 
 def test_node_model_status_validation_and_tooltip() -> None:
     node = NodeModel()
-    node.apply_status({"state": "bogus", "round": -3, "peers": True, "model": "seed", "policy_version": 7})
+    for bad in ({"state": "bogus"}, {"round": -3}, {"peers": True}):  # the control client refuses these
+        with pytest.raises(ControlProtocolError):
+            status_from_wire({"model": "seed", **bad})
+    node.apply_status(status_from_wire({"model": "seed", "policy_version": 7, "newer_key": 1}))
     assert (node.state, node.round, node.peers, node.model, node.policy_version) == ("stopped", 0, 0, "seed", 7)
     node.apply_state(StateChanged(state="pausing", detail="after this round"))
     node.connected = True
@@ -174,10 +179,10 @@ def test_status_refresh_updates_identity_but_never_state_or_counters() -> None:
     node.apply_state(StateChanged(state="solo"))
     node.apply_round(_round(7, 0.5))
     version = node.version
-    node.apply_identity({"state": "stopped", "round": 3, "model": "tiny-b", "device": "cpu", "backend": 5})
+    node.apply_identity(NodeStatus(state="stopped", round=3, model="tiny-b", device="cpu"))
     assert (node.state, node.round, node.model, node.device, node.backend) == ("solo", 7, "tiny-b", "cpu", "")
     assert node.version == version + 1
-    node.apply_identity({"model": "tiny-b", "device": "cpu"})
+    node.apply_identity(NodeStatus(model="tiny-b", device="cpu"))
     assert node.version == version + 1  # nothing changed: no redraw
 
 

@@ -46,14 +46,14 @@ def test_the_header_says_the_schedule_holds_the_engine(qtbot: QtBot, window: Mai
     qtbot.waitUntil(lambda: window.model.node.state == "paused", timeout=WAIT_MS)
     assert window.state_label.text() == "Paused"
     assert window.state_detail.text().startswith("outside your schedule (next run ")
-    assert engine.status()["paused_by"] == "schedule"
+    assert engine.status().paused_by == "schedule"
     shot = os.environ.get("SAPO_SHOT_DIR")  # a picture for a person to look at, when asked for
     if shot:
         window.grab().save(str(Path(shot) / "paused_by_schedule.png"))
     qtbot.mouseClick(window.header.pause_button if window.header.pause_button.isVisible()
                      else view.pause_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.state_detail.text() == "paused by you", timeout=WAIT_MS)
-    assert engine.status()["paused_by"] == "you"
+    assert engine.status().paused_by == "you"
 
 
 def test_failures_notify_once_per_kind_per_interval() -> None:

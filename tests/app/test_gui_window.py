@@ -34,7 +34,7 @@ def swarm_window(qtbot: QtBot, swarm_engine: EngineThread) -> Iterator[MainWindo
 def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_window: MainWindow,
                                                          swarm_engine: EngineThread) -> None:
     window, engine = swarm_window, swarm_engine
-    peer_name = engine.extra_nodes[0].status()["peer_name"]
+    peer_name = engine.extra_nodes[0].status().peer_name
     model = window.model
     assert window.join_button.text() == "Join the swarm" and window.join_button.isEnabled()
     assert window.state_label.text() == "Not contributing"
@@ -91,7 +91,7 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     qtbot.waitUntil(lambda: model.node.state == "stopped", timeout=WAIT_MS)
     qtbot.waitUntil(lambda: window.join_button.text() == "Join the swarm" and window.join_button.isEnabled(),
                     timeout=WAIT_MS)
-    assert engine.status()["state"] == "stopped"
+    assert engine.status().state == "stopped"
     qtbot.waitUntil(lambda: model.peers.connected == 0, timeout=WAIT_MS)
     stored = [r["round"] for r in engine.node.history()["rounds"]]
     qtbot.waitUntil(lambda: model.dashboard.rounds == len(stored), timeout=WAIT_MS)
@@ -103,20 +103,20 @@ def test_pause_after_round_then_resume(qtbot: QtBot, slow_engine: EngineThread) 
     window = connected_window(qtbot, engine)
     model = window.model
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: engine.status()["round"] >= 1 and window.pause_button.isVisible(), timeout=WAIT_MS)
-    held = engine.status()["round"]  # round held + 1 (~1 s) is in flight
+    qtbot.waitUntil(lambda: engine.status().round >= 1 and window.pause_button.isVisible(), timeout=WAIT_MS)
+    held = engine.status().round  # round held + 1 (~1 s) is in flight
     qtbot.mouseClick(window.pause_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: model.node.state == "pausing", timeout=WAIT_MS)
     assert window.state_label.text() == "Pausing after this round" and window.resume_button.isVisible()
-    assert engine.status()["round"] == held
+    assert engine.status().round == held
     qtbot.waitUntil(lambda: model.node.state == "paused", timeout=WAIT_MS)
-    assert engine.status()["round"] == held + 1  # the round in flight finished, then it paused
+    assert engine.status().round == held + 1  # the round in flight finished, then it paused
     assert window.state_label.text() == "Paused" and not window.pause_button.isVisible()
     qtbot.wait(1500)  # longer than a round
-    assert engine.status()["round"] == held + 1 and engine.status()["state"] == "paused"
+    assert engine.status().round == held + 1 and engine.status().state == "paused"
     assert [r["round"] for r in engine.node.history()["rounds"]][-1] == held + 1
     qtbot.mouseClick(window.resume_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: model.node.state == "solo" and engine.status()["round"] >= held + 2, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: model.node.state == "solo" and engine.status().round >= held + 2, timeout=WAIT_MS)
     window.shutdown()
 
 
@@ -147,15 +147,15 @@ def test_settings_apply_validate_and_snooze(qtbot: QtBot, window: MainWindow, en
     assert ContributorSettings.load(engine.data_dir).bootstrap_url == ""
     # snooze a training node: it pauses after its round, for the reason given, and stays paused
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: engine.status()["round"] >= 1, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: engine.status().round >= 1, timeout=WAIT_MS)
     qtbot.mouseClick(view.snooze_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: view.snooze_label.text().startswith("Snoozed until"), timeout=WAIT_MS)
     assert ContributorSettings.load(engine.data_dir).snooze_until > time.time() + 3500
     qtbot.waitUntil(lambda: window.model.node.state == "paused", timeout=WAIT_MS)
     assert "snoozed" in window.state_detail.text()
-    held = engine.status()["round"]
+    held = engine.status().round
     qtbot.wait(300)
-    assert engine.status()["round"] == held
+    assert engine.status().round == held
 
 
 def test_machine_tab_shows_the_doctor_report(qtbot: QtBot, window: MainWindow, engine: EngineThread) -> None:
@@ -211,7 +211,7 @@ def test_wrong_token_is_shown_and_nothing_is_allowed(qtbot: QtBot, engine: Engin
     assert win.state_label.text() == "Engine not connected"
     qtbot.mouseClick(win.join_button, Qt.MouseButton.LeftButton)  # disabled: nothing is sent
     qtbot.wait(200)
-    assert engine.status()["state"] == "stopped" and engine.node.history()["rounds"] == []
+    assert engine.status().state == "stopped" and engine.node.history()["rounds"] == []
     assert engine.server.refused >= 1
     win.shutdown()
 
@@ -231,7 +231,7 @@ def test_reconnects_when_the_engine_comes_back_on_a_new_port(qtbot: QtBot, windo
     qtbot.waitUntil(lambda: window.model.node.connected, timeout=WAIT_MS)
     assert window.bridge.url == engine.server.url
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.model.node.state == "solo" and engine.status()["round"] >= 1, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.model.node.state == "solo" and engine.status().round >= 1, timeout=WAIT_MS)
 
 
 def test_hidden_window_keeps_its_models_but_draws_nothing(qtbot: QtBot, window: MainWindow) -> None:
@@ -279,11 +279,11 @@ def test_machine_tab_says_what_this_machine_gave(qtbot: QtBot, window: MainWindo
     giving = window.machine.giving
     window.tabs.setCurrentWidget(window.machine)
     qtbot.mouseClick(window.join_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: engine.status()["round"] >= 2, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: engine.status().round >= 2, timeout=WAIT_MS)
     qtbot.waitUntil(lambda: "over" in giving.labels["Training time"].text()
                     and int(giving.labels["Training time"].text().split("over ")[1].split()[0]) >= 2,
                     timeout=WAIT_MS)
-    given = engine.status()["contribution"]
+    given = engine.status().contribution
     assert given["rounds"] >= 2 and given["cpu_hours"] > 0 and given["memory_bytes"] > 0
     energy = giving.labels["Energy"].text()
     assert ("measured" in energy) != ("estimated" in energy)
@@ -301,6 +301,6 @@ def test_the_header_shows_the_engines_work_as_it_happens(qtbot: QtBot, window: M
         text = window.header.state_detail.text()
         if "Loading" in text or "writing" in text or "learning from" in text:
             seen.add(text.split(" ")[0] if text.startswith("Loading") else text.split(": ")[1].split(" ")[0])
-        return engine.status()["round"] >= 3 and bool(seen)
+        return engine.status().round >= 3 and bool(seen)
     qtbot.waitUntil(watch, timeout=WAIT_MS)
     assert seen & {"Loading", "writing", "learning"}

@@ -7,6 +7,7 @@ from pytestqt.qtbot import QtBot
 
 from app.models.node import NodeModel
 from app.views.header import MAX_STAT_WIDTH, Header
+from engine.control.status import NodeStatus
 from engine.models.catalog import about, short_name
 
 
@@ -14,8 +15,8 @@ def _shown(qtbot: QtBot, model: str) -> Header:
     header = Header()
     qtbot.addWidget(header)
     node = NodeModel()
-    node.connected = True
-    node.apply_status({"state": "solo", "model": model, "model_name": short_name(model), "model_about": about(model)})
+    node.connect("ws://127.0.0.1:1", NodeStatus(state="solo", model=model, model_name=short_name(model),
+                                                model_about=about(model)))
     header.show_node(node, busy=False)
     header.show()
     return header
@@ -50,9 +51,8 @@ def test_a_long_phase_does_not_widen_the_header(qtbot: QtBot) -> None:
     def joining(detail: str) -> Header:
         header = _shown(qtbot, "smollm2-135m-instruct-q4_1")
         node = NodeModel()
-        node.connected = True
-        node.apply_status({"state": "joining", "model": "smollm2-135m-instruct-q4_1",
-                           "model_name": "SmolLM2-135M-Instruct"})
+        node.connect("ws://127.0.0.1:1", NodeStatus(state="joining", model="smollm2-135m-instruct-q4_1",
+                                                    model_name="SmolLM2-135M-Instruct"))
         node.apply_work(WorkProgress(phase="loading_model", round=0, done=0, total=0, detail=detail))
         header.show_node(node, busy=False)
         header.layout().activate()  # the size hints follow the new text now, not at the next event loop turn

@@ -17,8 +17,11 @@ from engine.control.protocol import (
     encode_result,
     parse_request,
     parse_server_message,
+    status_from_wire,
+    status_to_wire,
     token_matches,
 )
+from engine.control.status import NodeStatus, recent_summary
 from engine.events import EventError, ModelProgress, RolloutSeen, RoundCompleted
 
 
@@ -133,3 +136,17 @@ def test_malformed_events_from_a_server_are_refused(data: str) -> None:
 def test_malformed_replies_are_refused(data: str) -> None:
     with pytest.raises(ControlProtocolError):
         parse_server_message(data)
+
+
+def test_a_status_crosses_the_wire_typed_and_keeps_its_keys() -> None:
+    status = NodeStatus(state="paused", paused_by="you", round=3, peers=2, model="seed", swarm={"links": 1},
+                        recent=recent_summary([(1.0, 0.5), (61.0, 0.7)], now=61.0), threads={"threads": 2})
+    wire = json.loads(encode_result(1, status_to_wire(status)))["result"]
+    assert {"state", "paused_by", "detail", "round", "policy_version", "peers", "model", "model_name", "device",
+            "backend", "peer_name", "data_dir", "recent", "last_crash"} <= set(wire)  # `sapo status --json`'s
+    assert status_from_wire(wire) == status
+    assert status_from_wire({"state": "solo", "from_a_newer_engine": [1]}) == NodeStatus(state="solo")
+    with pytest.raises(ValueError, match="round"):  # a node bug is refused before it is sent
+        status_to_wire(NodeStatus(round="3"))  # type: ignore[arg-type]
+    with pytest.raises(ControlProtocolError, match="state"):
+        status_from_wire({"state": "dancing"})

@@ -64,16 +64,16 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     async def main() -> None:
         nonlocal before
         await node.join()
-        await wait_for(node, lambda: node.status()["round"] >= 2)
+        await wait_for(node, lambda: node.status().round >= 2)
         await node.leave()
-        before = node.status()["round"]
-        assert node.status()["backend"]  # the model that trained
+        before = node.status().round
+        assert node.status().backend  # the model that trained
         await node.select_model(str(model_b))
         status = node.status()
-        assert status["model"] == "tiny-b" and status["state"] == "stopped"
+        assert status.model == "tiny-b" and status.state == "stopped"
         # the header's line says what the next Join trains; the old model's backend is not shown under B
-        assert status["detail"] == "tiny-b is ready: Join the swarm to train it" and status["backend"] == ""
-        assert [e for e in seen if isinstance(e, StateChanged)][-1].detail == status["detail"]
+        assert status.detail == "tiny-b is ready: Join the swarm to train it" and status.backend == ""
+        assert [e for e in seen if isinstance(e, StateChanged)][-1].detail == status.detail
         await node.join()
         await wait_for(node, lambda: sum(isinstance(e, RoundCompleted) and e.model == "tiny-b" for e in seen) >= 3)
         await node.leave()
@@ -82,10 +82,10 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     phases = [phase for phase, _ in progress(seen)]
     assert phases == ["load", "ready"]
     status = node.status()
-    assert status["model"] == "tiny-b" and node.error is None
+    assert status.model == "tiny-b" and node.error is None
     # rounds are numbered per model: B starts at its own round 1, A's rounds stay A's; the history is B's
     rounds = [r["round"] for r in node.history()["rounds"]]
-    assert rounds == list(range(1, status["round"] + 1))
+    assert rounds == list(range(1, status.round + 1))
     events = [(e.model, e.round) for e in seen if isinstance(e, RoundCompleted)]
     assert events == [("tiny-a", n) for n in range(1, before + 1)] + [("tiny-b", n) for n in rounds]
     assert [r["round"] for r in node.store.rounds(model="tiny-a")] == list(range(1, before + 1))
@@ -94,9 +94,9 @@ def test_switch_while_stopped_then_rounds_run_on_the_new_model(tmp_path: Path, m
     b_dirs = list((tmp_path / "checkpoints" / "models").iterdir())
     assert len(b_dirs) == 1 and b_dirs[0].name.startswith("tiny-b-")
     assert model_of(latest_checkpoint(b_dirs[0])) == "tiny-b"
-    assert json.loads((latest_checkpoint(b_dirs[0]) / "state.json").read_text())["round"] == status["round"]
+    assert json.loads((latest_checkpoint(b_dirs[0]) / "state.json").read_text())["round"] == status.round
     node.store.close()
-    restart_trains_the_switched_model(tmp_path, model_a, model_b, status["round"])
+    restart_trains_the_switched_model(tmp_path, model_a, model_b, status.round)
 
 
 def restart_trains_the_switched_model(data_dir: Path, model_a: Path, model_b: Path, rounds_so_far: int) -> None:
@@ -118,16 +118,16 @@ def restart_trains_the_switched_model(data_dir: Path, model_a: Path, model_b: Pa
 
     async def main() -> None:
         await node.join()
-        await wait_for(node, lambda: node.status()["round"] >= rounds_so_far + 2)
+        await wait_for(node, lambda: node.status().round >= rounds_so_far + 2)
         await node.leave()
 
     asyncio.run(main())
-    assert node.error is None and node.status()["model"] in ("tiny-b", str(model_b))
+    assert node.error is None and node.status().model in ("tiny-b", str(model_b))
     rounds = [r["round"] for r in node.history()["rounds"]]
-    assert rounds == list(range(1, node.status()["round"] + 1))  # none overwritten, none skipped
+    assert rounds == list(range(1, node.status().round + 1))  # none overwritten, none skipped
     assert model_of(latest_checkpoint(data_dir / "checkpoints")) == "tiny-a"
     (b_dir,) = (data_dir / "checkpoints" / "models").iterdir()
-    assert json.loads((latest_checkpoint(b_dir) / "state.json").read_text())["round"] == node.status()["round"]
+    assert json.loads((latest_checkpoint(b_dir) / "state.json").read_text())["round"] == node.status().round
     with pytest.raises(ValueError, match="select_model"):
         asyncio.run(node.update_settings({"model": "seed"}))
     node.store.close()
@@ -139,28 +139,28 @@ def test_switch_while_paused_takes_effect_on_resume_and_back(tmp_path: Path, mod
 
     async def switch_paused(model: Path, label: str) -> None:
         await node.pause()
-        await wait_for(node, lambda: node.status()["state"] == "paused")
+        await wait_for(node, lambda: node.status().state == "paused")
         await node.select_model(str(model))
-        assert node.status()["model"] == label and node.status()["detail"] == f"{label} is ready: Resume to train it"
+        assert node.status().model == label and node.status().detail == f"{label} is ready: Resume to train it"
         # the switched-to model's own record at once, before it trains: rounds are numbered per model
-        held, own = node.status()["round"], node.history()
+        held, own = node.status().round, node.history()
         assert own["model"] == label and [r["round"] for r in own["rounds"]] == list(range(1, held + 1))
         await asyncio.sleep(0.3)
-        assert node.status()["round"] == held  # still paused: nothing trains until resume
+        assert node.status().round == held  # still paused: nothing trains until resume
         await node.resume()
-        await wait_for(node, lambda: node.status()["round"] >= held + 2)
+        await wait_for(node, lambda: node.status().round >= held + 2)
 
     async def main() -> None:
         await node.join()
-        await wait_for(node, lambda: node.status()["round"] >= 2)
+        await wait_for(node, lambda: node.status().round >= 2)
         await switch_paused(model_b, "tiny-b")  # new: round 0, no record
         await switch_paused(model_a, "tiny-a")  # back: A's record and round count; it resumes from its checkpoint
         await node.leave()
 
     asyncio.run(main())
-    assert node.error is None and node.status()["model"] == "tiny-a"
+    assert node.error is None and node.status().model == "tiny-a"
     rounds = [r["round"] for r in node.history()["rounds"]]
-    assert rounds == list(range(1, node.status()["round"] + 1))
+    assert rounds == list(range(1, node.status().round + 1))
     assert [p for p, _ in progress(seen)] == ["load", "ready", "load", "ready"]
     loads = [e.message for e in seen if getattr(e, "message", "").startswith("loading ")]
     assert len(loads) == 3 and "tiny-b" in loads[1] and "tiny-a" in loads[2]  # A, then B, then A again
@@ -181,9 +181,9 @@ def test_unknown_and_unusable_models_give_clear_errors(tmp_path: Path, models: t
             await node.select_model("qwen2.5-0.5b-instruct-q4_k_m")
         with pytest.raises(ValueError, match="not a model directory"):
             await node.select_model(str(not_a_model))
-        assert node.status()["model"] == str(model_a)  # unchanged
+        assert node.status().model == str(model_a)  # unchanged
         await node.join()
-        await wait_for(node, lambda: node.status()["round"] >= 1)
+        await wait_for(node, lambda: node.status().round >= 1)
         with pytest.raises(ValueError, match="pause or leave before switching"):
             await node.select_model(str(models[1]))
         await node.leave()
@@ -191,7 +191,7 @@ def test_unknown_and_unusable_models_give_clear_errors(tmp_path: Path, models: t
     asyncio.run(main())
     errors = [m for phase, m in progress(seen) if phase == "error"]
     assert len(errors) == 3 and "no-such-model" in errors[0]
-    assert node.status()["model"] == "tiny-a" and node.error is None  # it trained the model it had
+    assert node.status().model == "tiny-a" and node.error is None  # it trained the model it had
     node.store.close()
 
 
@@ -217,7 +217,7 @@ def test_a_catalog_model_without_the_hub_fails_fast_with_an_error_event(
     phases = progress(seen)
     assert [p for p, _ in phases] == ["download", "error"]
     assert "Qwen/Qwen2.5-0.5B-Instruct" in phases[0][1] and "internet connection" in phases[1][1]
-    assert node.status()["model"] == str(models[0])
+    assert node.status().model == str(models[0])
     node.store.close()
 
 

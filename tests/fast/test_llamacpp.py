@@ -171,7 +171,7 @@ def test_node_trains_with_the_llamacpp_backend(tiny: dict[str, Path], tmp_path: 
 
     asyncio.run(main())
     assert node.error is None
-    assert node.status()["backend"].startswith("llama.cpp") and node.status()["round"] == 2
+    assert node.status().backend.startswith("llama.cpp") and node.status().round == 2
     assert [r["round"] for r in node.history()["rounds"]] == [1, 2]
     assert list((tmp_path / "data" / "models" / "llamacpp").rglob("policy.gguf"))  # llama.cpp's synced copy
     node.store.close()
