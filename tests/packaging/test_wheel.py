@@ -3,6 +3,7 @@ through the `sapo.commands` entry points, and a `sapo` without it says where its
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_packs_engine_and_app_and_no_lab(tmp_path: Path) -> None:
+    # Built from a copy: setuptools keeps build/ in the source tree, and stale files there would be packed.
+    source = tmp_path / "src"
+    for name in ("engine", "app", "lab"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, check=False)
+                          "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     (wheel,) = tmp_path.glob("sapo_swarm-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
