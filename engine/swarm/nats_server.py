@@ -102,13 +102,16 @@ class NatsServerConfig:
     cluster_port: int | None = None  # route listener (with routes: a cluster); None = standalone
     server_name: str = ""
     auth_config: str = ""  # operator-mode lines (nats_auth.Authority.server_config); "" = no auth
+    # leaf node listener for community hubs (engine/swarm/hub.py); None = off
+    leafnode_port: int | None = None
+    jetstream: bool = True  # a hub's server holds no stream: the board's is behind its leaf connection
     # TLS on the client port and the websocket port (PEM files; both or neither): clients then need
     # tls:// and wss://. The monitoring port stays plain HTTP on loopback.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
 
     def __post_init__(self) -> None:
-        for name in ("port", "websocket_port", "monitor_port", "cluster_port"):
+        for name in ("port", "websocket_port", "monitor_port", "cluster_port", "leafnode_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ValueError(f"{name} must be a port number")
@@ -131,9 +134,10 @@ class NatsServerConfig:
 def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
     lines = [f'server_name: "{cfg.server_name or "sapo-" + str(ports["client"])}"',
              f'listen: "{cfg.host}:{ports["client"]}"', f"max_payload: {cfg.max_payload_bytes}",
-             f"max_connections: {cfg.max_connections}",
-             "jetstream {", f'  store_dir: "{store.as_posix()}"', f"  max_memory_store: {cfg.max_memory_store_bytes}",
-             f"  max_file_store: {cfg.max_file_store_bytes}", "}"]
+             f"max_connections: {cfg.max_connections}"]
+    if cfg.jetstream:
+        lines += ["jetstream {", f'  store_dir: "{store.as_posix()}"', f"  max_memory_store: {cfg.max_memory_store_bytes}",
+                  f"  max_file_store: {cfg.max_file_store_bytes}", "}"]
     if cfg.auth_config:
         lines.append(cfg.auth_config.rstrip("\n"))
     if "monitor" in ports:
@@ -144,6 +148,9 @@ def _render(cfg: NatsServerConfig, ports: dict[str, int], store: Path) -> str:
     if "websocket" in ports:
         ws_tls = ["  tls {", *("  " + line for line in tls), "  }"] if tls else ["  no_tls: true"]
         lines += ["websocket {", f'  listen: "{cfg.host}:{ports["websocket"]}"', *ws_tls, "}"]
+    if "leafnode" in ports:
+        leaf_tls = ["  tls {", *("  " + line for line in tls), "  }"] if tls else []
+        lines += ["leafnodes {", f'  listen: "{cfg.host}:{ports["leafnode"]}"', *leaf_tls, "}"]
     if "cluster" in ports:
         lines += ["cluster {", '  name: "sapo"', f'  listen: "{cfg.host}:{ports["cluster"]}"']
         if cfg.routes:
@@ -196,6 +203,11 @@ class NatsServer:
         return f"{scheme}://{self.cfg.host}:{self.ports['websocket']}" if "websocket" in self.ports else None
 
     @property
+    def leafnode_url(self) -> str | None:
+        """Where hubs connect (nats-leaf://; TLS when the server serves it)."""
+        return f"nats-leaf://{self.cfg.host}:{self.ports['leafnode']}" if "leafnode" in self.ports else None
+
+    @property
     def monitor_url(self) -> str | None:
         return f"http://{MONITOR_HOST}:{self.ports['monitor']}" if "monitor" in self.ports else None
 
@@ -209,7 +221,7 @@ class NatsServer:
         if not self.ports:  # a restart keeps the same ports (clients reconnect to them)
             self.ports = {"client": cfg.port or free_port(cfg.host)}
             for name, value in (("websocket", cfg.websocket_port), ("monitor", cfg.monitor_port),
-                                ("cluster", cfg.cluster_port)):
+                                ("cluster", cfg.cluster_port), ("leafnode", cfg.leafnode_port)):
                 if value is not None:
                     self.ports[name] = value or free_port(MONITOR_HOST if name == "monitor" else cfg.host)
         # A taken port would make nats-server exit, but the readiness probe below could first reach
