@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "engine.cli.desktop",
     "engine.cli.export",
     "engine.cli.control",
+    "engine.cli.hub",
 )
 # Commands other distributions add: the lab (lab/pyproject.toml, a source checkout's `make install`)
 # registers `sapo bench` and `sapo experiment` here; the product's wheel holds no lab code.
