@@ -49,6 +49,10 @@ def register(sub: Any) -> None:
     p.add_argument("--nats-ws-port", type=int, default=None, metavar="N",
                    help="its websocket port, for nodes that reach only HTTP(S) (default: --port + 2, any free "
                         "with --port 0; 0 = any free, -1 = none)")
+    p.add_argument("--nats-leaf-port", type=int, default=None, metavar="N",
+                   help="open a leaf-node listener on the embedded board for community hubs (sapo hub; none "
+                        "by default, 0 = any free): a hub logs in with the credential `sapo hub issue` made, "
+                        "bounded to its members' own permissions")
     p.add_argument("--tls-cert", type=Path, default=None, metavar="FILE",
                    help="serve TLS with this certificate (PEM, the chain after it): wss:// for the rendezvous, "
                         "tls:// and wss:// for the embedded board; nodes check it against their system CAs, or "
@@ -235,7 +239,7 @@ def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, 
     store = Path(args.data_dir) / BOARD_STORE if args.data_dir else None
     try:
         nats = _start_nats(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key,
-                           store)
+                           store, args.nats_leaf_port)
     except PortInUseError as exc:
         raise ValueError(f"the embedded nats-server's port {exc.port} on {exc.host} is already in use (another "
                          f"bootstrap or nats-server on this host?): choose another with "
@@ -246,18 +250,21 @@ def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, 
         advertised.append(_advertised(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
     print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its own key)",
           file=sys.stderr, flush=True)
+    if "leafnode" in nats.ports:
+        print(f"[info] board: community hubs connect to leaf port {nats.ports['leafnode']}", file=sys.stderr, flush=True)
     return nats, authority, advertised
 
 
 def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None, tls_cert: Path | None = None,
-                tls_key: Path | None = None, store_dir: Path | None = None) -> Any:
-    """`store_dir`: where the board's stream is kept on disk (None: in memory, gone with the server)."""
+                tls_key: Path | None = None, store_dir: Path | None = None, leaf_port: int | None = None) -> Any:
+    """`store_dir`: where the board's stream is kept on disk (None: in memory, gone with the server);
+    `leaf_port`: a leaf-node listener for community hubs (None: none)."""
     from engine.swarm.nats_server import NatsServer, NatsServerConfig
 
     return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=ws_port, monitor_port=0,
                                        auth_config=auth_config, tls_cert_file=tls_cert, tls_key_file=tls_key,
                                        store_dir=store_dir, max_file_store_bytes=BOARD_FILE_STORE_BYTES
-                                       if store_dir is not None else 0)).start()
+                                       if store_dir is not None else 0, leafnode_port=leaf_port)).start()
 
 
 def _board_storage(nats: Any) -> str:
