@@ -11,6 +11,8 @@ from pytestqt.qtbot import QtBot
 from app.bridge import LinkChange
 from app.models.peers import FRAME_REASON_WORDS, parse_swarm
 from app.views.main_window import MainWindow
+from engine.control.protocol import ControlProtocolError, status_from_wire
+from engine.control.status import NodeStatus
 from engine.swarm.errors import REASONS
 
 SWARM = {"frames_accepted": 500, "frames_refused": {"bad_signature": 3, "replay": 1},
@@ -33,13 +35,24 @@ class FakeBridge:
         return items
 
     def call(self, method: str, params: Any, reply: Callable[[Any, str | None], None]) -> None:
-        reply(self.status if method == "status" else None, None)
+        if method != "status":
+            reply(None, None)
+            return
+        try:  # as the real bridge answers: the control client's parse, or its error
+            reply(status_from_wire(self.status), None)
+        except ControlProtocolError as exc:
+            reply(None, str(exc))
 
     def call_at_exit(self, method: str, timeout_s: float = 2.0) -> str | None:
         return None
 
     def stop(self) -> None:
         pass
+
+
+def _parsed(status: dict[str, Any]) -> NodeStatus:
+    """A link-up snapshot's status, as the bridge hands it over: parsed by the control client."""
+    return status_from_wire(status)
 
 
 def _window(qtbot: QtBot, status: dict[str, Any]) -> tuple[MainWindow, FakeBridge]:
@@ -54,7 +67,7 @@ def _window(qtbot: QtBot, status: dict[str, Any]) -> tuple[MainWindow, FakeBridg
 
 def test_refusals_reach_the_peers_tab(qtbot: QtBot) -> None:
     win, bridge = _window(qtbot, {"state": "in_swarm", "swarm": SWARM})
-    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm", "swarm": SWARM}}))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": _parsed({"state": "in_swarm", "swarm": SWARM})}))
     win.tick()
     label = win.peers.refused
     assert label.isVisible()
@@ -88,7 +101,7 @@ def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
                "groups_received": -4, "groups_pooled": None, "groups_used": 9,
                "groups_dropped": ["forged_ref", 2], "links": 1.5, "known_peers": {}}
     win, bridge = _window(qtbot, {"swarm": garbage})
-    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "solo", "swarm": garbage}}))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": _parsed({"state": "solo", "swarm": garbage})}))
     win.tick()
     swarm = win.model.peers.swarm
     assert swarm is not None and swarm.frames_refused == {"<b>x</b>": 5} and swarm.groups_dropped == {}
@@ -97,11 +110,12 @@ def test_garbage_swarm_values_are_dropped_not_raised(qtbot: QtBot) -> None:
                                         "(since the engine started: received 0, pooled 0, used 9)")  # plain text
     for bad in (None, [], "swarm", 3, {}):
         assert parse_swarm(bad) is None
-    bridge.status = {"swarm": "nonsense"}  # a status refresh with a non-dict: solo, hidden
+    shown = win.peers.refused.text()
+    bridge.status = {"swarm": "nonsense"}  # a malformed reply is refused whole: the last good view stays
     win._swarm_polled = 0.0
     win.tick()
     win.tick()  # the poll is answered after this tick drew; the next one draws it
-    assert not win.peers.refused.isVisible()
+    assert win.peers.refused.text() == shown
 
 
 def test_the_board_line_says_where_how_many_and_until_when(qtbot: QtBot) -> None:
@@ -111,8 +125,8 @@ def test_the_board_line_says_where_how_many_and_until_when(qtbot: QtBot) -> None
     board = {"connected": True, "urls": ["nats://boot.example:7701"], "nodes_on_board": 12,
              "credential_expires_at": expires, "frames_used": 40}
     win, bridge = _window(qtbot, {"swarm": {**SWARM, "board": board}})
-    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm",
-                                                                  "swarm": {**SWARM, "board": board}}}))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": _parsed({"state": "in_swarm",
+                                                                  "swarm": {**SWARM, "board": board}})}))
     win.tick()
     when = time.strftime("%H:%M", time.localtime(expires))
     assert win.peers.board.isVisible()
@@ -150,7 +164,7 @@ def test_each_peers_trust_is_a_column_and_low_trust_stands_out(qtbot: QtBot) -> 
     for i, (peer, name) in enumerate((("honest-id", "calm-otter"), ("poison-id", "loud-crow"), ("new-id", "shy-fox"))):
         bridge.inbox.append(PeerUpdated(peer_id=peer, name=name, model="seed", found_by="bootstrap", address="",
                                         connected=True, ts=now - i))
-    bridge.inbox.append(LinkChange(up=True, snapshot={"status": status}))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": _parsed(status)}))
     win.tick()
     assert win.model.peers.swarm is not None and set(win.model.peers.swarm.reputation) == {"honest-id", "poison-id"}
     table = win.peers.table
@@ -172,8 +186,8 @@ def test_the_credit_line_and_plot_show_what_peers_did_with_our_groups(qtbot: QtB
                 "hourly": [[hour - 7200, 20], [hour, 25]],
                 "ignored": {}, "sent": 9}
     win, bridge = _window(qtbot, {"swarm": {**SWARM, "receipts": receipts}})
-    bridge.inbox.append(LinkChange(up=True, snapshot={"status": {"state": "in_swarm",
-                                                                  "swarm": {**SWARM, "receipts": receipts}}}))
+    bridge.inbox.append(LinkChange(up=True, snapshot={"status": _parsed({"state": "in_swarm",
+                                                                  "swarm": {**SWARM, "receipts": receipts}})}))
     win.tick()
     assert win.peers.credit.isVisible() and win.peers.credit_plot.isVisible()
     assert win.peers.credit.text() == ("Your work: 120 groups shared; peers trained on 30 of them "
