@@ -19,6 +19,7 @@ from engine.models.resolve import stored_model_id
 from engine.node import Node, NodeConfig
 from engine.sapo.config import preset
 from engine.sapo.first_look import DROP_COPIES, DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, DROP_SPECIAL_TOKENS
+from engine.sapo.plan import DROP_JUDGE_QUESTION
 from engine.sapo.records import Provenance, RolloutGroup, content_key
 from engine.sapo.repeated_text import RepeatedTextConfig
 from engine.sapo.sampler import (
@@ -51,7 +52,7 @@ def _peer_group(index: int, completions: tuple[str, ...] | None = None, model_id
 def test_every_trainer_reason_is_a_typed_verdict() -> None:
     assert set(TRAINER_VERDICTS) == {DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, DROP_ZERO_ADVANTAGE,
                                      DROP_NOT_SCORED, DROP_NOT_SAMPLED, DROP_OTHER_MODEL, DROP_SPECIAL_TOKENS, DROP_COPIES,
-                                     DROP_SAME_QUESTION}
+                                     DROP_SAME_QUESTION, DROP_JUDGE_QUESTION}
     for reason in TRAINER_VERDICTS:
         assert not status_text("skipped", reason).endswith(reason)  # each said in words
     with pytest.raises(EventError):

@@ -84,7 +84,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def victim(model_dir: Path, cfg: SapoConfig = CFG) -> Trainer:
     model, tok = load_policy(model_dir)
-    return Trainer(model, tok, cfg, library.preset("seed-easy"), None, None, seed=3)
+    trainer = Trainer(model, tok, cfg, library.preset("seed-easy"), None, None, seed=3)
+    # No judge: seed-easy's small task spaces repeat the peers' question texts, and a judge text is refused
+    # (tests/sapo/test_judge_unreachable.py); these tests are about the other screens.
+    trainer.use_judge([])
+    return trainer
 
 
 def verdicts(result: Any, offered: list[Candidate]) -> dict[str, str]:
