@@ -95,9 +95,8 @@ class Node:
     # ---- NodeControl ------------------------------------------------------------------------------
     def status(self) -> NodeStatus:
         with self._lock:
-            paused_by = self._paused_by if self._state in ("paused", "pausing") else ""
             return NodeStatus(
-                state=self._state, detail=self._detail, paused_by=paused_by, round=self._round,
+                state=self._state, detail=self._detail, paused_by=self._paused_by, round=self._round,
                 policy_version=self._policy_version, peers=self.net.peer_count(), model=self._model_label,
                 model_about=about_model(self._model_label), model_name=model_name(self._model_label),
                 device=self._device, backend=self._backend, data_dir=str(self.config.data_dir),
@@ -138,8 +137,7 @@ class Node:
 
     def hold(self) -> None:
         """Start paused (the `start_paused` setting): no worker and no model loaded until `resume`."""
-        self._paused_by = "start"
-        self._set_state("paused", "started paused: Resume (or `sapo resume`) starts training")
+        self._set_state("paused", "started paused: Resume (or `sapo resume`) starts training", paused_by="start")
 
     async def finish(self) -> None:
         """`sapo finish`: the round in flight finishes, then training stops (checkpointed, peers told);
@@ -151,11 +149,10 @@ class Node:
     async def pause(self, after_round: bool = True) -> None:
         # A round is one optimizer update: it always finishes, so both ways wait for it.
         self._pause_requested = True
-        self._paused_by = "you"
         if self._state not in ("paused", "stopped"):
-            self._set_state("pausing", "finishing this round, then pausing")
+            self._set_state("pausing", "finishing this round, then pausing", paused_by="you")
         elif self._state == "paused":
-            self._set_state("paused", "paused by you")
+            self._set_state("paused", "paused by you", paused_by="you")
         self._wake.set()
 
     async def resume(self) -> None:
@@ -241,10 +238,10 @@ class Node:
             self.settings = dataclasses.replace(self.settings, model=model_id)  # the next start trains it too
             self.settings.save(self.config.data_dir)
             self._backend = ""  # the old model's: the new one's is known when it loads
-            state = self._state
+            state, paused_by = self._state, self._paused_by
         # the header says it too, not only the Machine tab: a switch while stopped changes no state
         self._set_state(state, f"{model_name(label) or label} is ready: "
-                               f"{'Resume' if state == 'paused' else 'Join the swarm'} to train it")
+                               f"{'Resume' if state == 'paused' else 'Join the swarm'} to train it", paused_by=paused_by)
         self.bus.publish(ModelProgress(model_id=model_id, phase="ready", done=1, total=1,
                                        message=f"{label}: the next round trains it"))
         self.bus.publish(LogRecord(level="info", message=f"model switched to {label}: the next round trains it"))
@@ -313,8 +310,7 @@ class Node:
         verdict = (Verdict(False, "paused by you", "you") if self._pause_requested
                    else may_train(self.settings, probe_machine(time.time(), self.settings)))
         if not verdict.run:
-            self._paused_by = verdict.cause
-            self._set_state("paused", verdict.reason)
+            self._set_state("paused", verdict.reason, paused_by=verdict.cause)
             self._pause.paused()
             self._wake.wait(timeout=GUARD_RECHECK_S)
             self._wake.clear()
@@ -357,9 +353,11 @@ class Node:
         self._heap.after_round()
 
     # ---- bookkeeping ------------------------------------------------------------------------------
-    def _set_state(self, state: NodeState, detail: str = "", training: bool = False) -> None:
+    def _set_state(self, state: NodeState, detail: str = "", training: bool = False, paused_by: str = "") -> None:
         """`training`: the worker starting a round; a leave or pause asked for meanwhile keeps its
-        "leaving" / "pausing" (the round still runs, and the state says what comes after it)."""
+        "leaving" / "pausing" (the round still runs, and the state says what comes after it).
+        `paused_by`: why a paused or pausing node is (set with the state, under the lock: the worker and
+        the control API both set it)."""
         with self._lock:
             if (state, detail) == (self._state, self._detail):
                 return
@@ -367,6 +365,7 @@ class Node:
                              or (self._state == "pausing" and self._pause_requested)):
                 return
             self._state, self._detail = state, detail
+            self._paused_by = paused_by if state in ("paused", "pausing") else ""
         self.bus.publish(StateChanged(state=state, detail=detail))
 
     def _record(self, event: Event) -> None:
