@@ -17,7 +17,7 @@ from engine.sapo.config import SapoConfig
 from engine.sapo.first_look import FirstLook
 from engine.sapo.peer_weight import cap_peer_mass, floor_peer_rows, loss_shares, step_floor, unit_mass
 from engine.sapo.records import Candidate, CandidateKey
-from engine.sapo.round_parts import Scored, UpdatePlan
+from engine.sapo.round_parts import Asked, Scored, UpdatePlan
 from engine.sapo.rows import external_rows, local_rows
 from engine.sapo.sampler import DROP_OTHER_MODEL, Drawable, ExternalSampler, select_groups
 from engine.sapo.update import TrainRow, round_denominator, strategy_keep
@@ -35,6 +35,13 @@ def off_the_judge(external: Sequence[Candidate], judge: frozenset[str]
     sends it; own draws that repeat a judge text by chance are still counted and skipped at the eval."""
     kept = [c for c in external if c.question.hash not in judge]
     return kept, [(c.key, DROP_JUDGE_QUESTION) for c in external if c.question.hash in judge]
+
+
+def judge_texts_trained(asked: Asked, plan: UpdatePlan, judge: frozenset[str]) -> set[str]:
+    """The judge texts a round trained on: own draws (a training draw may repeat a judge text: seeds
+    differ, small task spaces do not); peers' groups on one were refused before the plan."""
+    trained = [asked.questions[k].hash for k in plan.kept] + [c.question.hash for c in plan.used_external]
+    return {h for h in trained if h in judge}
 
 
 class RoundPlanner:

@@ -30,7 +30,7 @@ from engine.sapo.copies import CopyScreen
 from engine.sapo.eval_schedule import eval_due, eval_due_in
 from engine.sapo.first_look import DROP_CUT_NO_SIGNAL, DROP_REPEATED_TEXT, FirstLook
 from engine.sapo.frontier import Suggestions
-from engine.sapo.plan import RoundPlanner, off_the_judge
+from engine.sapo.plan import RoundPlanner, judge_texts_trained, off_the_judge
 from engine.sapo.plausibility import PlausibilityFloor
 from engine.sapo.quarantine import Quarantine
 from engine.sapo.records import Candidate, Provenance, RolloutGroup
@@ -39,7 +39,7 @@ from engine.sapo.replay import FrontierReplay
 from engine.sapo.reputation import Reputation
 from engine.sapo.round_parts import Asked, RoundResult, Scored, UpdatePlan, round_metrics
 from engine.sapo.rows import LocalGroup, score_group, shape_rewards
-from engine.sapo.sampler import has_signal, make_sampler
+from engine.sapo.sampler import make_sampler
 from engine.sapo.source_choice import SourceChoice
 from engine.sapo.update import UpdateStats, frozen_reference, make_optimizer, policy_update
 from engine.sapo.verdicts import round_verdicts
@@ -121,7 +121,8 @@ class Trainer:
         self._baseline_eval()
         t0 = time.perf_counter()
         round_no = self.round + 1
-        external, on_judge = off_the_judge(external, frozenset(q.hash for q in self.heldout_questions()))
+        judge = frozenset(q.hash for q in self.heldout_questions())
+        external, on_judge = off_the_judge(external, judge)
         asked = self._ask(round_no, external)
         t_gen = time.perf_counter()
         scored = self._score(round_no, asked)
@@ -130,7 +131,7 @@ class Trainer:
         t_prep = time.perf_counter()
         stats = self._update(round_no, plan)
         t_upd = time.perf_counter()
-        self._note_judge_texts(asked, plan)
+        self.judge_seen.update(judge_texts_trained(asked, plan, judge))
 
         metrics, per_spec = round_metrics(asked, scored, plan, stats, (t0, t_gen, t_score, t_upd),
                                           self._lib.format_reward, self.first_look.copies.max_share())
@@ -189,8 +190,9 @@ class Trainer:
             self.first_look.observe_own(group, q.text)
             self.suggestions.asked(q.hash)
         for c, lg in zip(asked.suggested, local):  # each origin's suggestions: judged by what they yielded here
-            self.reputation.record(c.origin, flagged=not has_signal([lg.group])[0])
-            self.suggestions.observe(c.origin, has_signal([lg.group])[0])
+            mixed = lg.group.has_signal
+            self.reputation.record(c.origin, flagged=not mixed)
+            self.suggestions.observe(c.origin, mixed)
         return Scored(weight, local, shaped)
 
     def _observe_own(self, k: int, asked: Asked, question: Any, group: RolloutGroup) -> None:
@@ -230,13 +232,6 @@ class Trainer:
         self.round = round_no
         self._mid_update = False
         return stats
-
-    def _note_judge_texts(self, asked: Asked, plan: UpdatePlan) -> None:
-        """Remember the judge questions whose text this round trained on (a training draw or a peer's
-        question may repeat a judge text: seeds differ, small task spaces do not)."""
-        judge = {q.hash for q in self.heldout_questions()}
-        trained = [asked.questions[k].hash for k in plan.kept] + [c.question.hash for c in plan.used_external]
-        self.judge_seen.update(h for h in trained if h in judge)
 
     def _suggestion_slots(self, candidates: int) -> int:
         """How many of this round's own questions may come from peers' suggestions."""
