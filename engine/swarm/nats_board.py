@@ -16,6 +16,7 @@ the server would close it for the old one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -94,8 +95,6 @@ class NatsBoard:
 
     async def ensure_stream(self) -> bool:
         """Make the stream, or put its settings back -> whether it had been missing."""
-        import dataclasses
-
         from nats.js.api import DiscardPolicy, StorageType, StreamConfig
         from nats.js.errors import NotFoundError
 
