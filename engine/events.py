@@ -18,6 +18,7 @@ from engine.errors import SapoError
 # What a node is doing (StateChanged, engine.control.status.NodeStatus).
 NodeState = Literal["stopped", "solo", "joining", "in_swarm", "pausing", "paused", "leaving"]
 NODE_STATES: tuple[str, ...] = get_args(NodeState)
+ACTIVE_STATES: tuple[NodeState, ...] = ("solo", "joining", "in_swarm", "pausing")  # its worker is training
 # What became of a peer's group: in the pool, trained on, gone (the pool dropped it), or passed over by
 # this round's trainer while it stays in the pool ("skipped", with one of TRAINER_VERDICTS as reason).
 RolloutStatus = Literal["pooled", "used", "dropped", "skipped"]

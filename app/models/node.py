@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.control.status import NodeStatus
-from engine.events import NODE_STATES, NodeState, RoundCompleted, StateChanged, WorkProgress
+from engine.events import ACTIVE_STATES, NODE_STATES, NodeState, RoundCompleted, StateChanged, WorkProgress
 from engine.supervisor import crash_text, parse_crash
 
 STATE_LABELS = {
@@ -20,7 +20,6 @@ STATE_LABELS = {
     "paused": "Paused",
     "leaving": "Leaving…",
 }
-ACTIVE_STATES = ("solo", "joining", "in_swarm", "pausing")  # the big button says "Leave" in these
 CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for a day
 
 IDENTITY_KEYS = ("model", "model_name", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
@@ -187,6 +186,7 @@ class NodeModel:
 
     @property
     def active(self) -> bool:
+        """The big button says "Leave" while the node trains."""
         return self.state in ACTIVE_STATES
 
     @property

@@ -21,6 +21,7 @@ from engine.control.protocol import status_to_wire
 from engine.control.status import NodeStatus
 from engine.control.token import ControlInfo, TokenError, read_token
 from engine.errors import SapoError
+from engine.events import ACTIVE_STATES
 from engine.paths import default_data_dir
 
 EXIT_NO_ENGINE = 1
@@ -110,7 +111,7 @@ def status_object(status: NodeStatus, info: ControlInfo) -> dict[str, Any]:
     """The machine-readable status: stable keys, `training` for a script's if."""
     wire = status_to_wire(status)
     out = {key: wire[key] for key in STATUS_JSON_KEYS}
-    out["training"] = status.state in ("solo", "in_swarm", "joining", "pausing")
+    out["training"] = status.state in ACTIVE_STATES
     out["paused"] = status.state == "paused"
     out["engine"] = {"url": info.url, "pid": info.pid}
     return out
