@@ -172,6 +172,39 @@ class Warden:
         return {user: int(wall_now) + 1 for user, until in self._banned.items() if until > now}
 
 
+class PurgeQueue:
+    """Revoked users whose frames must come off the board. A flooder's frame that was in flight when
+    the server closed its connection is stored after a purge made at once, so a user is purged on every
+    read of the table while a connection of its is still listed, and once more after (sans-I/O)."""
+
+    AFTER = 2  # purges due after a read that lists the user: that read's and the next one's
+
+    def __init__(self) -> None:
+        self._left: dict[str, int] = {}  # user NKey -> purges still due
+
+    def add(self, users: Sequence[str]) -> None:
+        for user in users:
+            self._left[user] = self.AFTER
+
+    def due(self, connections: Sequence[object]) -> list[str]:
+        """Users to purge on this read of the connection table `connections`."""
+        listed = {c.get("authorized_user") for c in connections if isinstance(c, dict)}
+        for user in self._left:
+            if user in listed:
+                self._left[user] = self.AFTER
+        return sorted(self._left)
+
+    def purged(self, user: str) -> None:
+        left = self._left.get(user, 0) - 1
+        if left > 0:
+            self._left[user] = left
+        else:
+            self._left.pop(user, None)
+
+    def __len__(self) -> int:
+        return len(self._left)
+
+
 def read_connections(monitor_url: str, account: str, timeout_s: float = 2.0, page: int = 1024,
                      max_pages: int = 256) -> list[object]:
     """Every connection of `account` in the server's table (paged, each page bounded)."""
@@ -218,10 +251,11 @@ async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str
                | {"reconnected_cb": server_restarted})
     system: Any = None
     board = admin_board(server_urls, authority, tls=tls)
-    unpurged: set[str] = set()  # revoked users whose frames are still to come off
+    unpurged = PurgeQueue()  # revoked users whose frames are still to come off
     try:
         while True:
             offences: list[Offence] = []
+            table: list[object] = []
             try:
                 table = await asyncio.to_thread(read_connections, monitor_url, authority.account_nkey)
                 offences = warden.observe(table)
@@ -229,7 +263,7 @@ async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str
                 log("warning", f"board: the warden could not read the connection table ({str(exc) or type(exc).__name__})")
             for offence in offences:
                 log("warning", f"board: revoked node {offence.user[:12]}… at {offence.address}: {offence.why}")
-            unpurged |= {offence.user for offence in offences}
+            unpurged.add([offence.user for offence in offences])
             state["push"] = state["push"] or bool(offences)
             try:
                 if state["push"] and warden.revocations(time.time()):  # until a push goes through
@@ -237,12 +271,13 @@ async def run_warden(warden: Warden, monitor_url: str, server_urls: Sequence[str
                         system = await nats.connect(servers=list(server_urls), error_cb=quiet_errors, **options)
                     await push_revocations(system, authority, warden.revocations(time.time()))
                     state["push"] = False
-                if unpurged:
+                due = unpurged.due(table)
+                if due:
                     if board.nc is None or board.nc.is_closed:  # first offence, or the server came back
                         await board.connect()
-                    for user in sorted(unpurged):
+                    for user in due:
                         await board.remove(b64url(nkey_public(user)[1]))
-                        unpurged.discard(user)
+                        unpurged.purged(user)
             except Exception as exc:  # noqa: BLE001 -- the server is away: try again next time
                 log("warning", f"board: the warden could not act ({str(exc) or type(exc).__name__})")
             await asyncio.sleep(warden.cfg.every_s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.swarm.board_warden import MiB, Warden, WardenConfig
+from engine.swarm.board_warden import MiB, PurgeQueue, Warden, WardenConfig
 
 CFG = WardenConfig(user_bytes_per_s=1 * MiB, user_burst_bytes=4 * MiB, user_msgs_per_s=100, user_burst_msgs=1000,
                    address_bytes_per_s=3 * MiB, address_burst_bytes=8 * MiB, ban_s=60)
@@ -91,6 +91,22 @@ def test_memory_is_bounded_under_churn() -> None:
         clock.now = cid / 100
         warden.observe([conn(cid, f"U{cid}", f"10.{cid % 250}.0.1", 1000)])
     assert len(warden._seen) <= 64
+
+
+def test_a_revoked_frame_is_purged_while_its_connection_is_listed_and_once_after() -> None:
+    # A flood's last frame can be stored after the first purge (it was in flight when the server closed
+    # the connection): one purge at revocation left it on the board.
+    queue = PurgeQueue()
+    queue.add(["flooder"])
+    listed = [conn(1, "flooder", "10.0.0.9", 0), conn(2, "honest", "10.0.0.1", 0), "junk"]
+    purges = 0
+    for table in (listed, listed, [conn(2, "honest", "10.0.0.1", 0)], [], []):
+        for user in queue.due(table):
+            assert user == "flooder"
+            queue.purged(user)
+            purges += 1
+    assert purges == 3  # on each read that still listed it, and on the first read without it
+    assert len(queue) == 0 and queue.due(listed) == []
 
 
 def test_config_is_validated() -> None:
