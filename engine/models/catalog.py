@@ -79,30 +79,28 @@ class ModelSpec:
         return self.gguf_quant is not None
 
 
-QWEN25_05B = ModelSpec(
-    id="qwen2.5-0.5b-instruct", display_name="Qwen2.5-0.5B-Instruct (paper default)",
-    hf_repo="Qwen/Qwen2.5-0.5B-Instruct", layers=24, hidden=896, heads=14, kv_heads=2,
-    intermediate=4864, vocab=151936, context=32768, tied_embeddings=True,
-    gguf_repo="Qwen/Qwen2.5-0.5B-Instruct-GGUF", license="Apache-2.0")
-QWEN25_15B = ModelSpec(
-    id="qwen2.5-1.5b-instruct", display_name="Qwen2.5-1.5B-Instruct",
-    hf_repo="Qwen/Qwen2.5-1.5B-Instruct", layers=28, hidden=1536, heads=12, kv_heads=2,
-    intermediate=8960, vocab=151936, context=32768, tied_embeddings=True,
-    gguf_repo="Qwen/Qwen2.5-1.5B-Instruct-GGUF", license="Apache-2.0")
-QWEN3_06B = ModelSpec(
-    id="qwen3-0.6b", display_name="Qwen3-0.6B", hf_repo="Qwen/Qwen3-0.6B", layers=28, hidden=1024,
-    heads=16, kv_heads=8, head_dim=128, intermediate=3072, vocab=151936, context=40960,
-    tied_embeddings=True, gguf_repo="Qwen/Qwen3-0.6B-GGUF", license="Apache-2.0")
-SMOLLM2_135M = ModelSpec(
-    id="smollm2-135m-instruct", display_name="SmolLM2-135M-Instruct",
-    hf_repo="HuggingFaceTB/SmolLM2-135M-Instruct", layers=30, hidden=576, heads=9, kv_heads=3,
-    intermediate=1536, vocab=49152, context=8192, tied_embeddings=True,
-    gguf_repo="HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", license="Apache-2.0")
-SMOLLM2_360M = ModelSpec(
-    id="smollm2-360m-instruct", display_name="SmolLM2-360M-Instruct",
-    hf_repo="HuggingFaceTB/SmolLM2-360M-Instruct", layers=32, hidden=960, heads=15, kv_heads=5,
-    intermediate=2560, vocab=49152, context=8192, tied_embeddings=True,
-    gguf_repo="HuggingFaceTB/SmolLM2-360M-Instruct-GGUF", license="Apache-2.0")
+def _hub_model(hf_repo: str, *, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int,
+               vocab: int, context: int, head_dim: int = 0, display_name: str = "") -> ModelSpec:
+    """A base model as its publisher ships it: tied embeddings, Apache-2.0, a GGUF build at
+    `<repo>-GGUF`; its catalog id is the repo's name in lower case."""
+    name = hf_repo.split("/")[-1]
+    return ModelSpec(id=name.lower(), display_name=display_name or name, hf_repo=hf_repo, layers=layers,
+                     hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                     intermediate=intermediate, vocab=vocab, context=context, tied_embeddings=True,
+                     gguf_repo=f"{hf_repo}-GGUF", license="Apache-2.0")
+
+
+QWEN25_05B = _hub_model("Qwen/Qwen2.5-0.5B-Instruct", layers=24, hidden=896, heads=14, kv_heads=2,
+                        intermediate=4864, vocab=151936, context=32768,
+                        display_name="Qwen2.5-0.5B-Instruct (paper default)")
+QWEN25_15B = _hub_model("Qwen/Qwen2.5-1.5B-Instruct", layers=28, hidden=1536, heads=12, kv_heads=2,
+                        intermediate=8960, vocab=151936, context=32768)
+QWEN3_06B = _hub_model("Qwen/Qwen3-0.6B", layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
+                       intermediate=3072, vocab=151936, context=40960)
+SMOLLM2_135M = _hub_model("HuggingFaceTB/SmolLM2-135M-Instruct", layers=30, hidden=576, heads=9, kv_heads=3,
+                          intermediate=1536, vocab=49152, context=8192)
+SMOLLM2_360M = _hub_model("HuggingFaceTB/SmolLM2-360M-Instruct", layers=32, hidden=960, heads=15, kv_heads=5,
+                          intermediate=2560, vocab=49152, context=8192)
 
 BASE_MODELS = (QWEN25_05B, QWEN25_15B, QWEN3_06B, SMOLLM2_135M, SMOLLM2_360M)
 
