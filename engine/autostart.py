@@ -15,7 +15,7 @@ import os
 import plistlib
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +222,16 @@ def _winreg() -> Any:
     return winreg
 
 
+def _on_run_value(winreg: Any, access: int, act: Callable[[Any, str], object]) -> bool:
+    """`act(key, APP_NAME)` on the Run key opened for `access`; False when the key or the value is missing."""
+    try:
+        with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, access) as key:
+            act(key, APP_NAME)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class WindowsAutostart:
     """HKCU Run key through winreg."""
 
@@ -233,21 +243,11 @@ class WindowsAutostart:
 
     def disable(self) -> bool:
         winreg = _winreg()
-        try:
-            with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_SET_VALUE) as key:
-                winreg.DeleteValue(key, APP_NAME)
-        except FileNotFoundError:
-            return False
-        return True
+        return _on_run_value(winreg, winreg.KEY_SET_VALUE, winreg.DeleteValue)
 
     def is_enabled(self) -> bool:
         winreg = _winreg()
-        try:
-            with winreg.OpenKey(winreg.HKEY_CURRENT_USER, RUN_KEY, 0, winreg.KEY_QUERY_VALUE) as key:
-                winreg.QueryValueEx(key, APP_NAME)
-        except FileNotFoundError:
-            return False
-        return True
+        return _on_run_value(winreg, winreg.KEY_QUERY_VALUE, winreg.QueryValueEx)
 
 
 Backend = LinuxAutostart | MacAutostart | WindowsAutostart
