@@ -112,7 +112,7 @@ def test_a_screened_group_reaches_the_feed_with_its_reason(tmp_path: Path, tiny_
 
     app = AppModel()
     app.apply_many([e for e in seen if isinstance(e, RolloutSeen)])
-    row = next(r for r in app.feed.rows if r.question == flat_question)
+    row = next(r for r in app.feed.rows if r.seen.question == flat_question)
     assert status_text(row.status, row.reason) == "skipped: no learning signal (all answers right or all wrong)"
     assert (len(app.feed.rows), [r.status for r in app.feed.rows].count("used"), app.feed.waiting) == (3, 2, 1)
     assert app.feed.skipped == {"zero_advantage": 1}

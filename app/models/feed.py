@@ -12,7 +12,7 @@ incrementally instead of resetting.
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.events import ROLLOUT_STATUSES, RolloutSeen
 
@@ -68,16 +68,14 @@ def status_text(status: str, reason: str) -> str:
 
 @dataclass
 class FeedRow:
+    """One group: the sighting that brought it (`seen`, its reward and completion kept from the latest
+    sighting that had them) and its verdict now (`status` normalised, `reason` never empty when dropped
+    or skipped)."""
+
     seq: int  # arrival number, increasing; the view orders rows by it
-    ts: float
-    origin_peer: str
-    peer_name: str
-    specialty: str
-    question: str
-    completion: str
-    reward: float | None
-    status: str
-    reason: str
+    seen: RolloutSeen
+    status: str = "pooled"
+    reason: str = ""
 
 
 @dataclass
@@ -107,8 +105,7 @@ class FeedModel:
         key = (event.origin_peer, event.question)
         row = self._by_key.get(key)
         if row is None:
-            row = FeedRow(self._seq, event.ts, event.origin_peer, event.peer_name, event.specialty,
-                          event.question, event.completion, event.reward, "pooled", "")
+            row = FeedRow(self._seq, event)
             self._seq += 1
             self.rows.append(row)
             self._by_key[key] = row
@@ -116,16 +113,14 @@ class FeedModel:
             self.pooled += 1
             if len(self.rows) > self.capacity:
                 old = self.rows.popleft()
-                self._by_key.pop((old.origin_peer, old.question), None)
+                self._by_key.pop((old.seen.origin_peer, old.seen.question), None)
                 self._changes.removed += 1
                 self._changes.updated.discard(old.seq)
         elif (row.status, row.reason) != (status, reason):
             self._changes.updated.add(row.seq)
         self._set_status(row, status, reason)
-        if event.reward is not None:
-            row.reward = event.reward
-        if event.completion:
-            row.completion = event.completion
+        reward = row.seen.reward if event.reward is None else event.reward
+        row.seen = replace(row.seen, reward=reward, completion=event.completion or row.seen.completion)
         self.version += 1
 
     def _set_status(self, row: FeedRow, status: str, reason: str) -> None:

@@ -64,22 +64,22 @@ class FeedTableModel(QAbstractTableModel):
         col = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             if col == 0:
-                return time.strftime("%H:%M:%S", time.localtime(row.ts))
+                return time.strftime("%H:%M:%S", time.localtime(row.seen.ts))
             if col == 1:
-                return row.peer_name or row.origin_peer[:10]
+                return row.seen.peer_name or row.seen.origin_peer[:10]
             if col == 2:
-                return row.specialty
+                return row.seen.specialty
             if col == 3:
-                return " ".join(row.question.split())[:140]
+                return " ".join(row.seen.question.split())[:140]
             if col == 4:
-                return "–" if row.reward is None else f"{row.reward:.2f}"
+                return "–" if row.seen.reward is None else f"{row.seen.reward:.2f}"
             return status_text(row.status, row.reason)
         if role == Qt.ItemDataRole.ForegroundRole and col == 5:
             # a group not drawn this round is waiting like a pooled one, not screened out
             shown = "pooled" if (row.status, row.reason) == ("skipped", "not_sampled") else row.status
             return QColor(STATUS_COLORS.get(shown, "#374151"))
         if role == Qt.ItemDataRole.ToolTipRole and col == 3:
-            return row.question[:2000]
+            return row.seen.question[:2000]
         if role == Qt.ItemDataRole.ToolTipRole and col == 5:
             return status_text(row.status, row.reason)
         return None
@@ -176,8 +176,9 @@ class RolloutsView(QWidget):
         if row is None:
             self.detail.clear()
             return
-        reward = "not scored" if row.reward is None else f"{row.reward:.3f} (re-scored here)"
+        seen = row.seen
+        reward = "not scored" if seen.reward is None else f"{seen.reward:.3f} (re-scored here)"
         status = status_text(row.status, row.reason)
         self.detail.setPlainText(
-            f"From {row.peer_name or row.origin_peer} · {row.specialty} · reward {reward} · {status}\n\n"
-            f"QUESTION\n{row.question}\n\nCOMPLETION\n{row.completion}")
+            f"From {seen.peer_name or seen.origin_peer} · {seen.specialty} · reward {reward} · {status}\n\n"
+            f"QUESTION\n{seen.question}\n\nCOMPLETION\n{seen.completion}")

@@ -92,7 +92,7 @@ def test_feed_counts_each_group_once_across_status_changes() -> None:
     assert feed.dropped == {"question hash mismatch": 1, "unspecified": 1}
     changes = feed.take_changes()
     assert changes.added == 3 and changes.removed == 0 and changes.updated == {0}
-    assert feed.newest_first(0).question == "q3" and feed.newest_first(2).status == "used"
+    assert feed.newest_first(0).seen.question == "q3" and feed.newest_first(2).status == "used"
     feed.apply(_seen("C", "q4", "pooled"))  # capacity 3: q1 scrolls out, counters keep it
     assert len(feed.rows) == 3 and feed.index_of(0) is None
     assert feed.take_changes().removed == 1 and feed.index_of(3) == 0

@@ -97,7 +97,7 @@ def test_the_feed_shows_the_trainers_verdicts_in_words(qtbot: QtBot) -> None:
         feed.apply(event)
     view.refresh()
     table = view.table_model
-    status = {table.row_at(i).question: table.data(table.index(i, 5)) for i in range(table.rowCount())}
+    status = {table.row_at(i).seen.question: table.data(table.index(i, 5)) for i in range(table.rowCount())}
     assert status["q1"] == "skipped: no learning signal (all answers right or all wrong)"
     assert status["q2"] == "waiting: not drawn this round"
     assert status["q3"].startswith("skipped: its answers repeat words")
@@ -108,6 +108,6 @@ def test_the_feed_shows_the_trainers_verdicts_in_words(qtbot: QtBot) -> None:
     feed.apply(_seen("q1", "dropped", "expired"))  # left the pool unused
     view.refresh()
     assert (feed.waiting, feed.skipped, feed.dropped) == (1, {"repeated_text": 1}, {"expired": 1})
-    status = {table.row_at(i).question: table.data(table.index(i, 5)) for i in range(table.rowCount())}
+    status = {table.row_at(i).seen.question: table.data(table.index(i, 5)) for i in range(table.rowCount())}
     assert status == {"q1": "dropped: waited too long in the pool", "q2": "used in training",
                       "q3": status["q3"]}

@@ -64,12 +64,12 @@ def test_join_events_reach_models_and_widgets_then_leave(qtbot: QtBot, swarm_win
     window.tabs.setCurrentWidget(window.rollouts)
     qtbot.waitUntil(lambda: model.peers.totals()[1] > 0
                     and window.rollouts.table_model.rowCount() == len(model.feed.rows), timeout=WAIT_MS)
-    assert {r.peer_name for r in model.feed.rows} == {peer_name}
+    assert {r.seen.peer_name for r in model.feed.rows} == {peer_name}
     window.rollouts.refresh()
     assert f"<b>Received</b> {model.peers.totals()[0]:,} " in window.rollouts.counters.text()
     window.rollouts.table.selectRow(0)
     newest = model.feed.newest_first(0)
-    assert newest.question in window.rollouts.detail.toPlainText()
+    assert newest.seen.question in window.rollouts.detail.toPlainText()
     # peers and log
     window.tabs.setCurrentWidget(window.peers)
     qtbot.waitUntil(lambda: window.peers.table.rowCount() == 1, timeout=WAIT_MS)
