@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from engine.control.status import NodeStatus
-from engine.events import ACTIVE_STATES, NODE_STATES, NodeState, RoundCompleted, StateChanged, WorkProgress
+from engine.events import (
+    ACTIVE_STATES,
+    NODE_STATES,
+    LogRecord,
+    NodeState,
+    RoundCompleted,
+    StateChanged,
+    WorkProgress,
+)
 from engine.supervisor import crash_text, parse_crash
 
 STATE_LABELS = {
@@ -203,31 +210,26 @@ class NodeModel:
         return "\n".join(parts)
 
 
-@dataclass(frozen=True)
-class LogLine:
-    ts: float
-    level: str
-    message: str
-
-    def format(self) -> str:
-        return f"{time.strftime('%H:%M:%S', time.localtime(self.ts))}  {self.level.upper():7} {self.message}"
+def log_text(line: LogRecord) -> str:
+    """A log line as the log view shows it: time, level, message."""
+    return f"{time.strftime('%H:%M:%S', time.localtime(line.ts))}  {line.level.upper():7} {line.message}"
 
 
 class LogModel:
     def __init__(self, capacity: int = 5000) -> None:
         self.capacity = capacity
-        self.lines: collections.deque[LogLine] = collections.deque(maxlen=capacity)
-        self._new: list[LogLine] = []
+        self.lines: collections.deque[LogRecord] = collections.deque(maxlen=capacity)
+        self._new: list[LogRecord] = []
         self.version = 0
 
     def add(self, level: str, message: str, ts: float | None = None) -> None:
-        line = LogLine(time.time() if ts is None else ts, level[:16], message[:4000])
+        line = LogRecord(level[:16], message[:4000], ts=time.time() if ts is None else ts)
         self.lines.append(line)
         self._new.append(line)
         if len(self._new) > self.capacity:  # a view that never reads must not grow this
             del self._new[: len(self._new) - self.capacity]
         self.version += 1
 
-    def take_new(self) -> list[LogLine]:
+    def take_new(self) -> list[LogRecord]:
         new, self._new = self._new, []
         return new

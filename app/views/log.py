@@ -5,7 +5,8 @@ from __future__ import annotations
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
-from app.models.node import LogLine, LogModel
+from app.models.node import LogModel, log_text
+from engine.events import LogRecord
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 FILTERS = (("Everything", 0), ("Info and above", 20), ("Warnings and errors", 30))
@@ -34,14 +35,14 @@ class LogView(QWidget):
         layout.addWidget(self.text, 1)
         self._rerender()  # what the model already holds (a view built again for another engine)
 
-    def _keep(self, line: LogLine) -> bool:
+    def _keep(self, line: LogRecord) -> bool:
         return LEVELS.get(line.level.lower(), 20) >= int(self.filter.currentData())
 
     def refresh(self) -> None:
-        new = [line.format() for line in self.model.take_new() if self._keep(line)]
+        new = [log_text(line) for line in self.model.take_new() if self._keep(line)]
         if new:
             self.text.appendPlainText("\n".join(new))  # one append per batch, not per line
 
     def _rerender(self) -> None:
         self.model.take_new()
-        self.text.setPlainText("\n".join(line.format() for line in self.model.lines if self._keep(line)))
+        self.text.setPlainText("\n".join(log_text(line) for line in self.model.lines if self._keep(line)))
