@@ -31,7 +31,7 @@ from engine.swarm.identity import Identity, name_for
 from engine.swarm.issuance import IdentityGate
 from engine.swarm.loops import TaskSet
 from engine.swarm.tls import server_context
-from engine.swarm.transport import Link, listen, server_port
+from engine.swarm.transport import Link, listen, run_listed, server_port
 from engine.swarm.wire import Hello, PeerEntry
 
 PEERS_COALESCE_S = 0.1  # joins/leaves within this window produce one `peers` frame
@@ -169,17 +169,13 @@ class BootstrapServer:
     async def _accept(self, ws: ServerConnection) -> None:
         host, port = ws.remote_address[:2]
         with self._gate.holding(ws):
-            await self._run_link(self._new_link(ws, False, f"{host}:{port}"))
+            await run_listed(self._new_link(ws, False, f"{host}:{port}"), self._links, self._on_events,
+                             self.config.link.connect_timeout_s, self._closed)
 
-    async def _run_link(self, link: Link) -> None:
-        self._links.add(link)
-        try:
-            await link.run(self._on_events, self.config.link.connect_timeout_s)
-        finally:
-            self._links.discard(link)
-            if link.peer_id is not None and self._nodes.get(link.peer_id) is link:
-                del self._nodes[link.peer_id]
-                self._peers_dirty.set()
+    def _closed(self, link: Link) -> None:
+        if link.peer_id is not None and self._nodes.get(link.peer_id) is link:
+            del self._nodes[link.peer_id]
+            self._peers_dirty.set()
 
     async def _on_events(self, link: Link, events: list[p.ProtocolEvent]) -> None:
         for event in events:

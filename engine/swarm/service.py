@@ -39,7 +39,7 @@ from engine.swarm.nats_auth import BoardQuota
 from engine.swarm.peers import PeerInfo, PeerTable
 from engine.swarm.pool import RolloutPool
 from engine.swarm.receipt_courier import ReceiptCourier
-from engine.swarm.transport import Link, listen, server_port, source_host
+from engine.swarm.transport import Link, listen, run_listed, server_port, source_host
 from engine.swarm.wire import Hello
 
 BOARD_FRAME_BYTES = BoardQuota().max_frame_bytes  # what the swarm's board stores of one node
@@ -249,12 +249,7 @@ class SwarmService:
             await self._run_link(self._new_link(ws, False, f"{host}:{port}", "inbound"))
 
     async def _run_link(self, link: Link) -> None:
-        self._links.add(link)
-        try:
-            await link.run(self._on_events, self.config.link.connect_timeout_s)
-        finally:
-            self._links.discard(link)
-            self._closed(link)
+        await run_listed(link, self._links, self._on_events, self.config.link.connect_timeout_s, self._closed)
 
     def _closed(self, link: Link) -> None:
         peer_id = link.peer_id

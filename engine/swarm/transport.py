@@ -269,6 +269,18 @@ class Link:
         await self.ws.close()
 
 
+async def run_listed(link: Link, links: set[Link], on_events: EventHandler, handshake_timeout_s: float,
+                     closed: Callable[[Link], None]) -> None:
+    """Run `link` to its end as one of `links` (the live links a server caps and reports), then tell
+    `closed` so the server forgets what it knew through it."""
+    links.add(link)
+    try:
+        await link.run(on_events, handshake_timeout_s)
+    finally:
+        links.discard(link)
+        closed(link)
+
+
 def _closed_reason(exc: ConnectionClosed) -> str:
     if exc.rcvd is None:
         return "connection lost"
