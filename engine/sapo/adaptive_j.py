@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from engine.sapo.checks import check_enabled, check_numbers
+
 
 @dataclass(frozen=True)
 class AdaptiveJConfig:
@@ -33,13 +35,9 @@ class AdaptiveJConfig:
     baseline_rate: float = 0.05  # how fast the own-reward baseline follows (EMA weight per round)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError("adaptive_j.enabled must be a boolean")  # noqa: TRY004 - config convention
-        for name, low, high in (("discount", 0.5, 1.0), ("exploration", 0.0, 10.0), ("baseline_rate", 1e-4, 1.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not low <= value <= high:
-                raise ValueError(f"adaptive_j.{name} must be in [{low}, {high}], got {value!r}")
+        check_enabled("adaptive_j", self)
+        check_numbers("adaptive_j", self, (("discount", 0.5, 1.0), ("exploration", 0.0, 10.0),
+                                           ("baseline_rate", 1e-4, 1.0)))
 
 
 def j_arms(j_max: int) -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.models.generate import SampleConfig
 from engine.sapo.adaptive_j import AdaptiveJConfig
+from engine.sapo.checks import check_keys
 from engine.sapo.copies import CopiesConfig
 from engine.sapo.external import EXTERNAL_STRATEGIES
 from engine.sapo.grpo import LOSS_NORMS
@@ -245,20 +246,13 @@ class SapoConfig:
     @classmethod
     def from_dict(cls, data: Any) -> SapoConfig:
         """Validate a stored/user config (unknown keys are an error, not silently ignored)."""
-        if not isinstance(data, dict):
-            raise ValueError("sapo config must be an object")  # noqa: TRY004 (ValueError for every bad input)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ValueError(f"unknown sapo config keys: {unknown}")
+        check_keys(cls, data, "sapo config")
         values = dict(data)
         for key, nested in (("sampling", SampleConfig), ("curriculum", CurriculumConfig),
                             ("repeated_text", RepeatedTextConfig), ("copies", CopiesConfig),
                             ("reputation", ReputationConfig), ("adaptive_j", AdaptiveJConfig)):
             if isinstance(values.get(key), dict):  # a stored config holds nested dataclasses as objects
-                fields = {f.name for f in dataclasses.fields(nested)}
-                if set(values[key]) - fields:
-                    raise ValueError(f"unknown {key} keys: {sorted(set(values[key]) - fields)}")
+                check_keys(nested, values[key], key)
                 values[key] = nested(**values[key])
         return cls(**values)
 

@@ -17,12 +17,12 @@ Memory: one float per remembered own group.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.sapo.checks import check_enabled, check_ints, check_numbers
 from engine.sapo.own_sample import OwnSample, upper_quantile
 from engine.sapo.records import RolloutGroup
 
@@ -40,17 +40,9 @@ class CopiesConfig:
     default_max_share: float = 0.5  # before calibration: at most half a group copies
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError("copies.enabled must be a boolean")  # noqa: TRY004 - config convention
-        for name, lo, hi in (("window", 1, 65536), ("min_own_groups", 1, 65536)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ValueError(f"copies.{name} must be an int in [{lo}, {hi}], got {value!r}")
-        for name in ("quantile", "default_max_share"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not 0.0 <= value <= 1.0:
-                raise ValueError(f"copies.{name} must be in [0, 1], got {value!r}")
+        check_enabled("copies", self)
+        check_ints("copies", self, (("window", 1, 65536), ("min_own_groups", 1, 65536)))
+        check_numbers("copies", self, (("quantile", 0, 1), ("default_max_share", 0, 1)))
 
 
 def normalised(text: str) -> str:

@@ -23,12 +23,12 @@ answer-only seed) are filtered as well: the defence favours text this node could
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from engine.sapo.checks import check_enabled, check_ints, check_numbers
 from engine.sapo.records import RolloutGroup
 from engine.tasks.specialties import ANSWER_CLOSE, ANSWER_OPEN
 
@@ -50,17 +50,10 @@ class RepeatedTextConfig:
     max_own_share: float = 0.02  # at most this share of own completions contain it
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError("repeated_text.enabled must be a boolean")  # noqa: TRY004 - config convention
-        for name, lo, hi in (("window", 2, 4096), ("own_window", 1, 65536), ("min_questions", 1, 4096)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise ValueError(f"repeated_text.{name} must be an int in [{lo}, {hi}], got {value!r}")
-        for name in ("min_share", "max_own_share"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not 0.0 <= value <= 1.0:
-                raise ValueError(f"repeated_text.{name} must be in [0, 1], got {value!r}")
+        check_enabled("repeated_text", self)
+        check_ints("repeated_text", self,
+                   (("window", 2, 4096), ("own_window", 1, 65536), ("min_questions", 1, 4096)))
+        check_numbers("repeated_text", self, (("min_share", 0, 1), ("max_own_share", 0, 1)))
 
 
 def outside_answer(completion: str) -> str:

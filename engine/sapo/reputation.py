@@ -20,6 +20,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from engine.sapo.checks import check_numbers
+
 MAX_ORIGINS = 1024
 
 
@@ -32,11 +34,8 @@ class ReputationConfig:
     floor: float = 0.02  # the least sampling weight an origin keeps (a clean peer's is ~1)
 
     def __post_init__(self) -> None:
-        for name, lo, hi in (("half_life", 1.0, 1e6), ("prior", 0.01, 1e3), ("floor", 1e-6, 1.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not lo <= value <= hi:
-                raise ValueError(f"reputation.{name} must be in [{lo}, {hi}], got {value!r}")
+        check_numbers("reputation", self,
+                      (("half_life", 1.0, 1e6), ("prior", 0.01, 1e3), ("floor", 1e-6, 1.0)))
 
 
 @dataclass

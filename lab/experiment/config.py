@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.sapo.checks import check_keys
+
 SETTINGS = ("homogeneous", "heterogeneous")
 MODES = ("lockstep", "async")
 STRATEGIES = ("plain", "positive-only", "importance-weighted")
@@ -115,11 +117,7 @@ class ArmConfig:
     @classmethod
     def from_dict(cls, data: Any) -> ArmConfig:
         """Validate a stored or command-line config; unknown keys are an error."""
-        if not isinstance(data, dict):
-            raise ValueError("arm config must be an object")  # noqa: TRY004 (ValueError for every bad input)
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown arm config keys: {unknown}")
+        check_keys(cls, data, "arm config")
         return cls(**data)
 
     def replace(self, **changes: Any) -> ArmConfig:
