@@ -186,12 +186,20 @@ def group_from_wire(obj: Any, limits: ProtocolLimits, signer: str | None = None)
                         generator_logprobs=logprobs, logprob_summary=summary)
 
 
-def _summary_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[tuple[float, int, float], ...] | None:
+def _per_completion(value: Any, name: str, count: int, what: str) -> list[Any] | None:
+    """An optional list with one `what` per completion (None when absent)."""
     if value is None:
         return None
-    rows = need_list(value, "logprob_summary", count)
+    rows = need_list(value, name, count)
     if len(rows) != count:
-        raise ProtocolError("bad_schema", "logprob_summary needs one entry per completion")
+        raise ProtocolError("bad_schema", f"{name} needs one {what} per completion")
+    return rows
+
+
+def _summary_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[tuple[float, int, float], ...] | None:
+    rows = _per_completion(value, "logprob_summary", count, "entry")
+    if rows is None:
+        return None
     out = []
     for row in rows:
         items = need_list(row, "logprob_summary[i]", 3)
@@ -206,11 +214,9 @@ def _summary_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[
 
 
 def _logprobs_from_wire(value: Any, count: int, limits: ProtocolLimits) -> tuple[tuple[float, ...], ...] | None:
-    if value is None:
+    rows = _per_completion(value, "generator_logprobs", count, "list")
+    if rows is None:
         return None
-    rows = need_list(value, "generator_logprobs", count)
-    if len(rows) != count:
-        raise ProtocolError("bad_schema", "generator_logprobs needs one list per completion")
     out = []
     for row in rows:
         items = need_list(row, "generator_logprobs[i]", limits.max_logprobs_per_completion)
