@@ -15,6 +15,7 @@ import pytest
 from test_swarm_nodes import wait_http
 
 from engine.cli.bootstrap import _nats_ports
+from engine.control.launcher import stop_process
 
 
 def _free_block(width: int = 3) -> int:
@@ -45,16 +46,6 @@ def _start(port: int, *extra: str) -> subprocess.Popen[str]:
                              str(port), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def test_default_nats_ports_follow_the_bootstraps_port() -> None:
     assert _nats_ports(7700, None, None) == (7701, 7702)
     assert _nats_ports(9000, None, None) == (9001, 9002)
@@ -76,9 +67,9 @@ def test_two_bootstraps_on_one_host_both_serve_status(tmp_path: Path) -> None:
             second_status = wait_http(f"http://127.0.0.1:{second_port}/status", timeout=60)
             assert second.poll() is None and first.poll() is None
         finally:
-            _stop(second)
+            stop_process(second, 15)
     finally:
-        _stop(first)
+        stop_process(first, 15)
     for port, status in ((first_port, first_status), (second_port, second_status)):
         board_ports = sorted(urlsplit(url).port for url in status["board"]["urls"])
         assert board_ports == [port + 1, port + 2], status["board"]["urls"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from engine.control.launcher import find_engine, start_engine, stop_engine, wait_for_engine
+from engine.control.launcher import find_engine, start_engine, stop_process, wait_for_engine
 from engine.control.token import write_control_info
 from engine.models.policy import build_tiny_policy
 from engine.settings import ContributorSettings
@@ -58,7 +58,7 @@ def engine(tmp_path: Path) -> Iterator[Path]:
         wait_for_engine(data_dir, proc, timeout_s=120)
         yield data_dir
     finally:
-        stop_engine(proc)
+        stop_process(proc)
 
 
 @pytest.mark.timeout(300)

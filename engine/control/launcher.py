@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
@@ -116,8 +117,8 @@ def wait_for_engine(data_dir: Path, proc: subprocess.Popen[bytes] | None, timeou
     raise EngineStartError(f"the engine did not start serving within {timeout_s:g} s:\n{log_tail(data_dir)}")
 
 
-def stop_engine(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> int | None:
-    """SIGTERM (the engine checkpoints and says bye), then SIGKILL if it will not go."""
+def stop_process(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> int | None:
+    """SIGTERM (an engine checkpoints and says bye), then SIGKILL if it will not go within `timeout_s`."""
     if proc.poll() is None:
         proc.terminate()
         try:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.control.launcher import poll_engine, start_engine, stop_engine
+from engine.control.launcher import poll_engine, start_engine, stop_process
 from engine.models.catalog import get, resolve_model_id
 from engine.models.policy import build_tiny_policy
 from engine.paths import REPO_ROOT, SEED_MODEL_DIR
@@ -64,7 +64,7 @@ def _one(model: str, seconds: float, low_priority: bool, tmp: Path, stacks: bool
             raise RuntimeError(f"lab.bench.gui_probe failed:\n{out.stderr[-3000:]}")
         result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
-        stop_engine(proc)
+        stop_process(proc)
     result["engine_priority"] = "low (as the app starts it)" if low_priority else "normal"
     result["load_average"] = os.getloadavg()[0]  # other processes competing for the cores
     return result

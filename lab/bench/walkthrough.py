@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.control.launcher import stop_process
 from engine.paths import REPO_ROOT
 from lab import BENCH_DIR
 from lab.bench import save_results
@@ -130,12 +131,7 @@ def _both(work: Path, shots: Path, rounds: int, timeout_s: float) -> dict[str, A
             if left:
                 notes.append(f"engines still running after the {phase} app process were killed: pids {left}")
     finally:
-        xvfb.terminate()
-        try:
-            xvfb.wait(10)
-        except subprocess.TimeoutExpired:
-            xvfb.kill()
-            xvfb.wait(5)
+        stop_process(xvfb, 10)
     first, first_rc = ran.get("first", (None, None))
     if first is None:
         raise RuntimeError(f"the walk-through's first app process (exit {first_rc}) wrote no result; "

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QTableWidget, QWidget
 from app import main as app_main
 from app.bridge import EngineBridge
 from app.views.main_window import MainWindow
-from engine.control.launcher import stop_engine
+from engine.control.launcher import stop_process
 from engine.control.token import read_control_info, read_token
 from lab.bench.walkthrough import PIDS_FILE, SCREEN
 
@@ -208,7 +208,7 @@ class Walk:
         assert proc is not None
         gone = self.wait(lambda: proc.poll() is not None, 90, "the engine to exit after the window closed")
         if gone is None:
-            stop_engine(proc)
+            stop_process(proc)
             return None
         return time.monotonic() - start
 
@@ -220,4 +220,4 @@ class Walk:
                 self.note(f"window shutdown failed: {exc}")
         for proc in self.engines:
             if proc.poll() is None:
-                stop_engine(proc)
+                stop_process(proc)

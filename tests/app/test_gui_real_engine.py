@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from app.bridge import EngineBridge
 from app.views.main_window import MainWindow
-from engine.control.launcher import find_engine, start_engine, stop_engine, wait_for_engine
+from engine.control.launcher import find_engine, start_engine, stop_process, wait_for_engine
 from engine.control.token import read_token
 
 pytestmark = pytest.mark.slow  # a real engine process: torch import, model load, real rounds
@@ -31,7 +31,7 @@ def real_engine(tmp_path: Path) -> Iterator[Path]:
         wait_for_engine(data_dir, proc, timeout_s=120)
         yield data_dir
     finally:
-        stop_engine(proc)
+        stop_process(proc)
     assert find_engine(data_dir) is None  # it removed its control.json on the way out
 
 
