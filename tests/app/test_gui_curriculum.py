@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
@@ -23,6 +24,19 @@ def _round(n: int, rungs: dict[str, int] | None = None, **metrics: float) -> Rou
     return RoundCompleted(round=n, policy_version=n, metrics={"reward_mean": 0.25, **metrics},
                           per_specialty_reward={"basic_arithmetic": 0.25}, phase_seconds={"generate": 0.5},
                           num_local=2, num_external=0, rungs=rungs or {})
+
+
+Dashboard = tuple[DashboardModel, DashboardView]
+
+
+@pytest.fixture
+def dashboard(qtbot: QtBot) -> Dashboard:
+    """The dashboard's model and its view, shown."""
+    model = DashboardModel()
+    view = DashboardView(model)
+    qtbot.addWidget(view)
+    view.show()
+    return model, view
 
 
 def test_model_keeps_the_latest_rungs_and_the_format_series() -> None:
@@ -100,11 +114,8 @@ def test_history_from_a_real_store_carries_rungs_and_format(tmp_path: Path) -> N
     np.testing.assert_allclose(dash.series["reward"].y, [0.1, 0.2, 0.3])
 
 
-def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
-    model = DashboardModel()
-    view = DashboardView(model)
-    qtbot.addWidget(view)
-    view.show()
+def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot, dashboard: Dashboard) -> None:
+    model, view = dashboard
     view.refresh(full=True)
     assert "No rounds yet" in view.status_line.text()  # no rounds: the hint speaks
     plots_before = view.plots.geometry()
@@ -135,13 +146,10 @@ def test_view_shows_rungs_and_draws_the_format_curves(qtbot: QtBot) -> None:
     assert "off" in view.status_line.text() and "level" not in view.status_line.text()
 
 
-def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qtbot: QtBot) -> None:
+def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(dashboard: Dashboard) -> None:
     from engine.events import EvalCompleted
 
-    model = DashboardModel()
-    view = DashboardView(model)
-    qtbot.addWidget(view)
-    view.show()
+    model, view = dashboard
     view.refresh(full=True)
     for plot in (view.reward_plot, view.cumulative_plot, view.length_plot, view.eval_plot, view.speed_plot):
         (x0, x1), (y0, y1) = plot.viewRange()
@@ -167,7 +175,7 @@ def test_contributor_wording_sane_empty_axes_and_when_the_held_out_eval_comes(qt
     assert "after round" not in view.eval_plot.titleLabel.text and "one answer right" in view.eval_plot.titleLabel.text
 
 
-def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
+def test_axis_ranges_move_in_steps_and_hold_the_data(dashboard: Dashboard) -> None:
     """pyqtgraph's auto-range moved every axis every round, and redoing the ticks was most of a
     repaint; ranges now step through 1-2-5 values and always contain the data."""
     from app.views.dashboard import axis_ticks, nice_above, stepped_range
@@ -181,10 +189,7 @@ def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
     assert stepped_range(None, 0, 9) == (0, 10) and stepped_range((0, 10), 0, 9.5) == (0, 10)
     assert stepped_range((0, 10), 0, 12) == (0, 20) and stepped_range((0, 100), 0, 3) == (0, 5)  # shrinks too
     assert stepped_range(None, -3, 5) == (-5, 10) and stepped_range(None, -3, -1) == (-5, 0)
-    model = DashboardModel()
-    view = DashboardView(model)
-    qtbot.addWidget(view)
-    view.show()
+    model, view = dashboard
     ranges = set()
     for r in range(1, 121):
         model.apply_round(_round(r))
@@ -201,16 +206,13 @@ def test_axis_ranges_move_in_steps_and_hold_the_data(qtbot: QtBot) -> None:
         *view._ranges[(id(view.cumulative_plot), "x")])
 
 
-def test_the_first_rounds_curves_are_made_a_few_per_refresh(qtbot: QtBot) -> None:
+def test_the_first_rounds_curves_are_made_a_few_per_refresh(dashboard: Dashboard) -> None:
     # The first round brings a curve per specialty and per phase: made all at once, they were one stall.
     import itertools
 
     from app.views.dashboard import NEW_CURVES_PER_REFRESH
 
-    model = DashboardModel()
-    view = DashboardView(model)
-    qtbot.addWidget(view)
-    view.show()
+    model, view = dashboard
     specialties = {f"specialty_{i}": 0.1 * i for i in range(4)}
     phases = {"generate": 1.0, "score": 0.1, "update": 2.0}
     model.apply_round(RoundCompleted(round=1, policy_version=1, metrics={"reward_mean": 0.25},
