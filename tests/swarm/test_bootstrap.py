@@ -4,8 +4,10 @@ copies, and how many new identities get credentials."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import urllib.request
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 import pytest
@@ -46,11 +48,37 @@ async def start_bootstrap(issue_credential: object = None, **overrides: object) 
     return server
 
 
+@contextlib.asynccontextmanager
+async def bootstrapped(issue_credential: object = None,
+                       **overrides: object) -> AsyncIterator[tuple[BootstrapServer, Callable[..., Node]]]:
+    """A started bootstrap and `new_node(identity=None)`, which makes a node (not started) that dials it;
+    the nodes and then the bootstrap are stopped on the way out."""
+    server = await start_bootstrap(issue_credential, **overrides)
+    nodes: list[Node] = []
+
+    def new_node(identity: Identity | None = None) -> Node:
+        nodes.append(Node(swarm_config(listen=False, bootstrap_urls=(server.url,)), identity=identity))
+        return nodes[-1]
+    try:
+        yield server, new_node
+    finally:
+        for node in nodes:
+            await node.service.stop()
+        await server.stop()
+
+
+async def first_node(server: BootstrapServer, new_node: Callable[..., Node]) -> Node:
+    """The bootstrap's first node, started and listed there."""
+    node = new_node()
+    await node.service.start()
+    await wait_for(lambda: registered(server) == 1, what="the first node registered")
+    return node
+
+
 @async_test
 async def test_three_nodes_exchange_through_one_bootstrap() -> None:
-    server = await start_bootstrap()
-    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(3)]
-    try:
+    async with bootstrapped() as (server, new_node):
+        nodes = [new_node() for _ in range(3)]
         for node in nodes:
             await node.service.start()
         ids = {n.identity.peer_id for n in nodes}
@@ -72,23 +100,14 @@ async def test_three_nodes_exchange_through_one_bootstrap() -> None:
         st = await status(server)
         assert len(st["peers"]) == 3 and st["frames"]["rollouts"] == 3 and st["frames"]["relayed"] == 6
         assert st["refusals"] == {}
-    finally:
-        for node in nodes:
-            await node.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_bootstrap_refuses_forged_and_malformed_frames() -> None:
-    server = await start_bootstrap()
-    node = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    try:
-        await node.service.start()
-        await wait_for(lambda: registered(server) == 1, what="node registered")
+    async with bootstrapped() as (server, new_node):
+        node = await first_node(server, new_node)
         mallory = SwarmProtocol(Identity.generate(), node.service.config.limits)
         async with connect(server.url, compression=None) as ws:
-            from engine.swarm.wire import Hello
-
             await ws.send(mallory.encode("hello", {**Hello(mallory.identity.instance, "node", "m", "t",
                                                            None).to_wire()}), text=True)
             [frame] = mallory.encode_rollouts(real_groups(mallory.identity.peer_id, 1))
@@ -102,16 +121,12 @@ async def test_bootstrap_refuses_forged_and_malformed_frames() -> None:
         assert st["refusals"] == {"bad_signature": 1, "non_finite": 1, "bad_utf8": 1, "duplicate": 1}
         assert st["frames"]["relayed"] == 1
         assert node.service.stats()["refusals"] == {}  # nothing bad got through to the node
-    finally:
-        await node.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_forged_task_reference_is_dropped_by_the_receiver() -> None:
-    server = await start_bootstrap()
-    a, b = (Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(2))
-    try:
+    async with bootstrapped() as (_, new_node):
+        a, b = (new_node() for _ in range(2))
         await a.service.start()
         await b.service.start()
         await wait_for(lambda: a.peer_ids() and b.peer_ids(), what="peers")
@@ -122,20 +137,13 @@ async def test_forged_task_reference_is_dropped_by_the_receiver() -> None:
         seen = {(e.status, e.reason) for e in b.of_type("RolloutSeen")}
         assert seen == {("pooled", ""), ("dropped", "forged_ref")}
         assert [v.group.ref for v in b.pool.candidates()] == [good.ref]
-    finally:
-        await a.service.stop()
-        await b.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_copied_identity_is_refused_and_told() -> None:
-    server = await start_bootstrap()
-    first = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    copy = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)), identity=Identity(first.identity._key))
-    try:
-        await first.service.start()
-        await wait_for(lambda: registered(server) == 1, what="first registered")
+    async with bootstrapped() as (server, new_node):
+        first = await first_node(server, new_node)
+        copy = new_node(Identity(first.identity._key))
         await copy.service.start()
         await wait_for(lambda: copy.service.duplicate_identity is not None, what="copy told")
         assert "copied" in str(copy.service.duplicate_identity)
@@ -145,25 +153,17 @@ async def test_copied_identity_is_refused_and_told() -> None:
         st = await status(server)
         assert [p["address"] for p in st["peers"]] and first.service.duplicate_identity is None
         assert copy.service.stats()["links"] == 0  # the copy left and does not keep redialling
-    finally:
-        await first.service.stop()
-        await copy.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_restarted_node_replaces_its_frozen_link() -> None:
     # Same key, new process (new instance) while the old link is open but silent is a restart, not a
     # copy: the bootstrap pings the old link and replaces it when no pong comes back.
-    server = await start_bootstrap()
-    first = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    try:
-        await first.service.start()
-        await wait_for(lambda: registered(server) == 1, what="registered")
+    async with bootstrapped() as (server, new_node):
+        first = await first_node(server, new_node)
         [frozen] = list(first.service._links)
         frozen.ws.transport.pause_reading()  # the old process stops reading: no pongs
-        restarted = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)),
-                         identity=Identity(first.identity._key))
+        restarted = new_node(Identity(first.identity._key))
         await restarted.service.start()
         peer_id = first.identity.peer_id
 
@@ -173,21 +173,14 @@ async def test_restarted_node_replaces_its_frozen_link() -> None:
                 link.hello.instance == restarted.identity.instance
         await wait_for(replaced, what="the restart replacing the frozen link")
         assert restarted.service.duplicate_identity is None
-        await restarted.service.stop()
-    finally:
-        await first.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_bootstraps_do_not_link() -> None:
     """Federations of bootstraps are gone (a NATS cluster is how a swarm grows): a bootstrap that
     dials another as if it were a node gets its link closed, and nothing is relayed through it."""
-    b1 = await start_bootstrap()
-    try:
+    async with bootstrapped() as (b1, _):
         liar = SwarmProtocol(Identity.generate(), b1.protocol.limits)
-        from engine.swarm.wire import Hello
-
         async with connect(b1.url, compression=None) as ws:
             hello = Hello(liar.identity.instance, "bootstrap", "", "", None).to_wire()
             await ws.send(liar.encode("hello", {**hello, "started": 0.0}), text=True)
@@ -195,33 +188,23 @@ async def test_bootstraps_do_not_link() -> None:
                 for _ in range(5):
                     await asyncio.wait_for(ws.recv(), 5)
         assert registered(b1) == 0
-    finally:
-        await b1.stop()
 
 
 @async_test
 async def test_connection_cap_gives_a_clear_error() -> None:
-    server = await start_bootstrap(max_connections=1)
-    a = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    b = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    try:
-        await a.service.start()
-        await wait_for(lambda: registered(server) == 1, what="a registered")
+    async with bootstrapped(max_connections=1) as (server, new_node):
+        await first_node(server, new_node)  # it takes the one slot
+        b = new_node()
         await b.service.start()
         await wait_for(lambda: b.of_type("LogRecord"), what="b's warning")
         message = b.of_type("LogRecord")[0].message
         assert "server is full (HTTP 503)" in message and "try again later" in message
-    finally:
-        await a.service.stop()
-        await b.service.stop()
-        await server.stop()
 
 
 @async_test
 async def test_per_address_cap_refuses_one_host_taking_every_slot() -> None:
-    server = await start_bootstrap(max_connections_per_ip=2)
-    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(3)]
-    try:
+    async with bootstrapped(max_connections_per_ip=2) as (server, new_node):
+        nodes = [new_node() for _ in range(3)]
         for node in nodes[:2]:
             await node.service.start()
         await wait_for(lambda: registered(server) == 2, what="two nodes registered")
@@ -234,10 +217,6 @@ async def test_per_address_cap_refuses_one_host_taking_every_slot() -> None:
         await nodes[0].service.stop()  # a slot frees up: the third node gets in on its next try
         await wait_for(lambda: registered(server) == 2 and nodes[2].peer_ids() == {nodes[1].identity.peer_id},
                        what="the third node joining once a slot is free", timeout=20.0)
-    finally:
-        for node in nodes:
-            await node.service.stop()
-        await server.stop()
 
 
 def test_per_address_cap_is_validated() -> None:
@@ -249,9 +228,8 @@ def test_per_address_cap_is_validated() -> None:
 @async_test
 async def test_with_a_board_membership_lists_are_a_bounded_sample() -> None:
     """A node's membership traffic must not grow with the swarm: lists hold the newest few nodes."""
-    server = await start_bootstrap(peers_sample=2, peers_min_interval_s=0.2)
-    nodes = [Node(swarm_config(listen=False, bootstrap_urls=(server.url,))) for _ in range(5)]
-    try:
+    async with bootstrapped(peers_sample=2, peers_min_interval_s=0.2) as (server, new_node):
+        nodes = [new_node() for _ in range(5)]
         for node in nodes:
             await node.service.start()
         await wait_for(lambda: registered(server) == 5, what="5 nodes at the bootstrap")
@@ -259,10 +237,6 @@ async def test_with_a_board_membership_lists_are_a_bounded_sample() -> None:
         await wait_for(lambda: nodes[0].peer_ids() == newest, what="the newest two listed to the first")
         await asyncio.sleep(0.5)
         assert all(len(n.peer_ids()) <= 2 for n in nodes)
-    finally:
-        for node in nodes:
-            await node.service.stop()
-        await server.stop()
 
 
 def test_board_size_counts_the_swarm() -> None:
@@ -320,29 +294,23 @@ async def _relayed_to_b(server: BootstrapServer) -> list[str]:
 async def test_with_a_board_the_bootstrap_relays_no_rollouts() -> None:
     """A bootstrap that names a board never broadcasts: a node's rollouts frame sent to it reaches no
     one (counted), while a bootstrap without one (--no-nats) still relays it."""
-    server = await start_bootstrap(board_urls=("nats://127.0.0.1:4222",))
-    try:
+    async with bootstrapped(board_urls=("nats://127.0.0.1:4222",)) as (server, _):
         assert "rollouts" not in await _relayed_to_b(server)
         st = await status(server)
         assert st["frames"]["not_relayed_board"] == 1 and st["frames"]["relayed"] == 0
         assert st["frames"]["rollouts"] == 0 and st["refusals"] == {}
-    finally:
-        await server.stop()
-    relay = await start_bootstrap()
-    try:
+    async with bootstrapped() as (relay, _):
         assert "rollouts" in await _relayed_to_b(relay)
         st = await status(relay)
         assert st["frames"]["relayed"] == 1 and st["frames"]["not_relayed_board"] == 0
-    finally:
-        await relay.stop()
 
 
 @async_test
 async def test_a_node_with_a_board_sends_no_rollouts_to_its_bootstrap() -> None:
     """Even while its board is unreachable: a fallback to the relay made a broken board O(N^2)."""
-    server = await start_bootstrap(board_urls=(f"nats://127.0.0.1:{free_port()}",))  # nobody listens there
-    node = Node(swarm_config(listen=False, bootstrap_urls=(server.url,)))
-    try:
+    nowhere = f"nats://127.0.0.1:{free_port()}"  # nobody listens there
+    async with bootstrapped(board_urls=(nowhere,)) as (server, new_node):
+        node = new_node()
         await node.service.start()
         await wait_for(lambda: registered(server) == 1 and node.service.board.urls, what="the node at the bootstrap")
         assert not node.service.board.connected
@@ -350,9 +318,6 @@ async def test_a_node_with_a_board_sends_no_rollouts_to_its_bootstrap() -> None:
         await asyncio.sleep(0.3)
         st = await status(server)
         assert st["frames"]["rollouts"] == 0 and st["frames"]["not_relayed_board"] == 0
-    finally:
-        await node.service.stop()
-        await server.stop()
 
 
 # --- new identities are credentialed at a bounded rate -------------------------------------------------
@@ -382,9 +347,8 @@ async def test_new_identities_from_one_address_get_credentials_up_to_a_burst() -
     """Identities are free: one address saying hello with fresh keys gets a burst of credentials, then
     is told to wait; a node already credentialed still gets its credential when it reconnects."""
     issued: list[str] = []
-    server = await start_bootstrap(_issuer(issued), board_urls=("nats://127.0.0.1:4222",),
-                                   new_identity_burst_per_ip=3, new_identity_interval_per_ip_s=600.0)
-    try:
+    async with bootstrapped(_issuer(issued), board_urls=("nats://127.0.0.1:4222",),
+                            new_identity_burst_per_ip=3, new_identity_interval_per_ip_s=600.0) as (server, _):
         keys = [Identity.generate() for _ in range(6)]
         answers = [await _hello_answer(server.url, key) for key in keys]
         assert [a["type"] for a in answers] == ["creds"] * 3 + ["bye"] * 3
@@ -400,21 +364,16 @@ async def test_new_identities_from_one_address_get_credentials_up_to_a_burst() -
         assert board["credentials_refused_rate"] == 3 and board["credentials_issued"] == 4
         assert board["new_identities"]["known_identities"] == 3 and board["new_identities"]["refused_address"] == 3
         assert registered(server) == 0  # the refused were never listed as peers
-    finally:
-        await server.stop()
 
 
 @async_test
 async def test_the_bootstrap_bounds_new_identities_from_all_addresses_together() -> None:
     issued: list[str] = []
-    server = await start_bootstrap(_issuer(issued), new_identity_burst=2, new_identity_rate_per_s=0.01)
-    try:
+    async with bootstrapped(_issuer(issued), new_identity_burst=2, new_identity_rate_per_s=0.01) as (server, _):
         answers = [await _hello_answer(server.url, Identity.generate()) for _ in range(3)]
         assert [a["type"] for a in answers] == ["creds", "creds", "bye"]
         assert "joining this swarm right now; try again in" in answers[2]["body"]["reason"]
         assert (await status(server))["board"]["new_identities"]["refused_global"] == 1
-    finally:
-        await server.stop()
 
 
 def test_new_identity_bounds_are_validated() -> None:
