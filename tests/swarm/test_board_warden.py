@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from engine.swarm.board_warden import MiB, PurgeQueue, Warden, WardenConfig
+from engine.swarm.board_warden import MiB, Offence, PurgeQueue, Warden, WardenConfig
 
 CFG = WardenConfig(user_bytes_per_s=1 * MiB, user_burst_bytes=4 * MiB, user_msgs_per_s=100, user_burst_msgs=1000,
                    address_bytes_per_s=3 * MiB, address_burst_bytes=8 * MiB, ban_s=60)
@@ -46,29 +48,29 @@ def test_an_honest_rate_is_never_charged_over_and_a_flood_is() -> None:
     assert not warden.banned("UFLOOD") and warden.revocations(1_000_000.0) == {}
 
 
-def test_many_messages_count_even_when_small() -> None:
+def first_offences(table: Callable[[int], list[dict[str, object]]], steps: int) -> list[Offence]:
+    """A fresh warden reads `table(step)` at second 1, 2, ... up to `steps - 1`: the first offences it
+    charges ([] when none)."""
     clock = Clock()
     warden = Warden(CFG, clock)
     offences = []
-    for step in range(1, 20):
+    for step in range(1, steps):
         clock.now = float(step)
-        offences = warden.observe([conn(1, "UCHATTY", "10.0.0.1", step * 1000, step * 500)])
+        offences = warden.observe(table(step))
         if offences:
             break
+    return offences
+
+
+def test_many_messages_count_even_when_small() -> None:
+    offences = first_offences(lambda step: [conn(1, "UCHATTY", "10.0.0.1", step * 1000, step * 500)], 20)
     assert [o.user for o in offences] == ["UCHATTY"] and "messages/s" in offences[0].why
 
 
 def test_free_identities_behind_one_address_share_its_budget() -> None:
     """Twenty keys each under the per-user budget, together over the address's: all revoked."""
-    clock = Clock()
-    warden = Warden(CFG, clock)
-    offences = []
-    for step in range(1, 30):
-        clock.now = float(step)
-        table = [conn(cid, f"USYBIL{cid}", "10.9.9.9", step * 300_000) for cid in range(20)]  # 6 MiB/s in all
-        offences = warden.observe(table)
-        if offences:
-            break
+    offences = first_offences(  # 6 MiB/s in all
+        lambda step: [conn(cid, f"USYBIL{cid}", "10.9.9.9", step * 300_000) for cid in range(20)], 30)
     assert {o.user for o in offences} == {f"USYBIL{cid}" for cid in range(20)}
     assert all("address" in o.why for o in offences)
 
