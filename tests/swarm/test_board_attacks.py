@@ -9,7 +9,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -158,6 +158,20 @@ async def honest_node(swarm: Swarm, ident: Identity | None = None) -> BoardClien
     return client
 
 
+def with_honest_pair(swarm: Swarm, main: Callable[[BoardClient, BoardClient], Awaitable[None]]) -> None:
+    """Run `main(a, b)` with two honest nodes on the board, closed after."""
+
+    async def run() -> None:
+        a, b = await honest_node(swarm), await honest_node(swarm)
+        try:
+            await main(a, b)
+        finally:
+            for client in (a, b):
+                await client.close()
+
+    asyncio.run(run())
+
+
 async def exchange(a: BoardClient, b: BoardClient) -> None:
     """Both put a fresh frame, and each fetches the other's."""
     for client in (a, b):
@@ -201,8 +215,7 @@ def test_a_direct_gets_reply_subject_cannot_reach_the_jetstream_api(swarm: Swarm
     """The old attack: store a frame, then direct-get it with a JetStream API subject as the reply, so
     that JetStream's answer runs as that API request. Every verb is tried; nothing changes."""
 
-    async def main() -> None:
-        a, b = await honest_node(swarm), await honest_node(swarm)
+    async def main(a: BoardClient, b: BoardClient) -> None:
         await exchange(a, b)
         before = await admin_view(swarm)
         mallory = await Attacker(swarm).connect()
@@ -246,15 +259,12 @@ def test_a_direct_gets_reply_subject_cannot_reach_the_jetstream_api(swarm: Swarm
         assert not [m for m in swarm.logs if "was gone" in m]  # the stream was never deleted
         await exchange(a, b)
         await mallory.close()
-        for client in (a, b):
-            await client.close()
 
-    asyncio.run(main())
+    with_honest_pair(swarm, main)
 
 
 def test_a_node_reads_no_other_nodes_replies_or_receipts(swarm: Swarm) -> None:
-    async def main() -> None:
-        a, b = await honest_node(swarm), await honest_node(swarm)
+    async def main(a: BoardClient, b: BoardClient) -> None:
         mallory = await Attacker(swarm).connect()
         seen: list[str] = []
 
@@ -272,10 +282,8 @@ def test_a_node_reads_no_other_nodes_replies_or_receipts(swarm: Swarm) -> None:
         assert seen == []
         assert sum("permissions violation" in e.lower() for e in mallory.errors) >= 6, mallory.errors
         await mallory.close()
-        for client in (a, b):
-            await client.close()
 
-    asyncio.run(main())
+    with_honest_pair(swarm, main)
 
 
 def test_free_identities_cannot_fill_the_board_or_oversize_it(swarm: Swarm) -> None:
@@ -283,8 +291,7 @@ def test_free_identities_cannot_fill_the_board_or_oversize_it(swarm: Swarm) -> N
     bootstrap): together they store more than the board holds. The oldest frames are dropped; no put
     fails for room, and honest nodes keep exchanging."""
 
-    async def main() -> None:
-        a, b = await honest_node(swarm), await honest_node(swarm)
+    async def main(a: BoardClient, b: BoardClient) -> None:
         await exchange(a, b)
         sybils = []
         for _ in range(48):  # 48 x 60 KiB = 2.8 MiB > the 2 MiB store
@@ -302,15 +309,12 @@ def test_free_identities_cannot_fill_the_board_or_oversize_it(swarm: Swarm) -> N
         for sybil in sybils:
             await sybil.close()
         await exchange(a, b)
-        for client in (a, b):
-            await client.close()
 
-    asyncio.run(main())
+    with_honest_pair(swarm, main)
 
 
 def test_floods_of_puts_and_receipts_leave_honest_nodes_exchanging(swarm: Swarm) -> None:
-    async def main() -> None:
-        a, b = await honest_node(swarm), await honest_node(swarm)
+    async def main(a: BoardClient, b: BoardClient) -> None:
         flooder, spammer = await Attacker(swarm).connect(), await Attacker(swarm).connect()
         victim = a.protocol.identity.peer_id
         stop = asyncio.Event()
@@ -358,10 +362,8 @@ def test_floods_of_puts_and_receipts_leave_honest_nodes_exchanging(swarm: Swarm)
         await exchange(a, b)
         for client in (flooder, spammer):
             await client.close()
-        for client in (a, b):
-            await client.close()
 
-    asyncio.run(main())
+    with_honest_pair(swarm, main)
 
 
 def test_the_monitoring_port_listens_on_loopback_only(swarm: Swarm) -> None:
@@ -379,8 +381,7 @@ def test_the_board_comes_back_after_its_server_restarts(swarm: Swarm) -> None:
     """A restarted memory server has no stream and numbers its slots from 1 again: the bootstrap makes
     the stream again, and nodes that stayed attached put, and read new frames, without a restart."""
 
-    async def main() -> None:
-        a, b = await honest_node(swarm), await honest_node(swarm)
+    async def main(a: BoardClient, b: BoardClient) -> None:
         for _ in range(3):
             await exchange(a, b)
         swarm.nats.stop()
@@ -395,7 +396,5 @@ def test_the_board_comes_back_after_its_server_restarts(swarm: Swarm) -> None:
                 break
             await asyncio.sleep(0.2)
         await exchange(a, b)
-        for client in (a, b):
-            await client.close()
 
-    asyncio.run(main())
+    with_honest_pair(swarm, main)
