@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from websockets.asyncio.client import ClientConnection
 
@@ -21,22 +22,19 @@ STABLE_LINK_S = 10.0  # a link that lived this long resets the reconnect backoff
 MDNS_YIELD_S = 1.0  # on mDNS discovery the larger peer id waits this long so the smaller dials first
 
 
+@dataclass(eq=False)
 class Dialer:
     """Runs on the service's asyncio loop. `run_link(ws, url, found_by)` runs one dialled link until it
     closes and returns it; `linked(peer_id)` says whether a direct link to that peer is open (perhaps
     one it dialled); `stopping()` whether the service is leaving."""
 
-    def __init__(self, config: SwarmConfig, lan: LanDiscovery, own_peer_id: str,
-                 run_link: Callable[[ClientConnection, str, str], Awaitable[Link]],
-                 linked: Callable[[str], bool], stopping: Callable[[], bool],
-                 log: Callable[[str, str], None]) -> None:
-        self.config = config
-        self.lan = lan
-        self.own_peer_id = own_peer_id
-        self._run_link = run_link
-        self._linked = linked
-        self._stopping = stopping
-        self._log = log
+    config: SwarmConfig
+    lan: LanDiscovery
+    own_peer_id: str
+    run_link: Callable[[ClientConnection, str, str], Awaitable[Link]]
+    linked: Callable[[str], bool]
+    stopping: Callable[[], bool]
+    log: Callable[[str, str], None]
 
     async def mdns(self, peer: MdnsPeer) -> None:
         """Keep a link to a peer found on the LAN; of two such peers the smaller id dials first."""
@@ -49,13 +47,13 @@ class Dialer:
         link_cfg = self.config.link
         backoff = Backoff(link_cfg.reconnect_initial_s, link_cfg.reconnect_max_s)
         failures = 0
-        while not self._stopping():
+        while not self.stopping():
             if peer_id is not None:
                 record = self.lan.record(peer_id)
                 if record is None:
                     return
                 url = record.url
-                if self._linked(peer_id):  # linked (perhaps they dialled us): watch, don't dial
+                if self.linked(peer_id):  # linked (perhaps they dialled us): watch, don't dial
                     await asyncio.sleep(1.0)
                     continue
             try:
@@ -64,17 +62,17 @@ class Dialer:
                 failures += 1
                 delay = backoff.next()
                 if failures in (1, 10) or failures % 100 == 0:
-                    self._log("warning", f"swarm: {exc} (retrying every {link_cfg.reconnect_max_s:.0f}"
+                    self.log("warning", f"swarm: {exc} (retrying every {link_cfg.reconnect_max_s:.0f}"
                               f" s at most; attempt {failures})")
                 await asyncio.sleep(delay)
                 continue
-            link = await self._run_link(ws, url, found_by)
+            link = await self.run_link(ws, url, found_by)
             if link.close_reason == "self":
                 return
             if time.time() - link.opened_at > STABLE_LINK_S:
                 backoff.reset()
                 failures = 0
-            if not self._stopping():
-                self._log("info", f"swarm: link to {url} ended ({link.close_reason or 'closed'}); "
+            if not self.stopping():
+                self.log("info", f"swarm: link to {url} ended ({link.close_reason or 'closed'}); "
                           "reconnecting")
                 await asyncio.sleep(backoff.next())

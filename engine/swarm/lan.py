@@ -10,6 +10,7 @@ a warning (the peer seen later) or the error `start` raises (the copy was there 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from engine.swarm.config import DEFAULT_SWARM
 from engine.swarm.errors import DuplicateIdentityError
@@ -17,29 +18,27 @@ from engine.swarm.identity import Identity
 from engine.swarm.mdns import MdnsPeer, MdnsService, pick_interfaces, system_interfaces
 
 
+@dataclass(eq=False)
 class LanDiscovery:
     """Runs on the service's asyncio loop. `dial(peer)` is called once per newly found peer id (the
     service ignores it once it is stopping)."""
 
-    def __init__(self, identity: Identity, model: str, tasks: str, max_peers: int,
-                 dial: Callable[[MdnsPeer], None], log: Callable[[str, str], None],
-                 swarm: str = DEFAULT_SWARM) -> None:
-        self.identity = identity
-        self.swarm = swarm
-        self.model = model
-        self.tasks = tasks
-        self.max_peers = max_peers
-        self._dial = dial
-        self._log = log
-        self.peers: dict[str, MdnsPeer] = {}  # peer id -> latest mDNS record
-        self._mdns: MdnsService | None = None
+    identity: Identity
+    model: str
+    tasks: str
+    max_peers: int
+    dial: Callable[[MdnsPeer], None]
+    log: Callable[[str, str], None]
+    swarm: str = DEFAULT_SWARM
+    peers: dict[str, MdnsPeer] = field(default_factory=dict, init=False)  # peer id -> latest mDNS record
+    _mdns: MdnsService | None = field(default=None, init=False)
 
     def interfaces(self, wanted: Sequence[str] | None) -> list[str]:
         """The interfaces to announce on (`wanted`, or every usable one); a warning when none is."""
         addrs, up = system_interfaces()
         chosen = pick_interfaces(addrs, up, wanted)
         if not chosen:
-            self._log("warning", "swarm: mDNS found no usable network interface (virtual bridges and VPNs "
+            self.log("warning", "swarm: mDNS found no usable network interface (virtual bridges and VPNs "
                       "are skipped); set mdns_interfaces to choose one, or use a bootstrap server")
         return chosen
 
@@ -79,10 +78,10 @@ class LanDiscovery:
             return
         self.peers[peer.peer_id] = peer
         if not known:
-            self._dial(peer)
+            self.dial(peer)
 
     def _duplicate(self, url: str) -> None:
-        self._log("warning", f"swarm: mDNS shows another node with this node's identity at {url} "
+        self.log("warning", f"swarm: mDNS shows another node with this node's identity at {url} "
                   "(copied data dir?); the one started later will leave the swarm when they meet")
 
 
