@@ -87,7 +87,7 @@ def lent_estimate(hw: HardwareProfile, pick_seconds: float, cpu_cores: int, busy
         "cpu_cores_setting": cpu_cores, "cores_lent": lent, "threads": lent,
         "round_seconds": round(lent_seconds(pick_seconds, hw, lent), 1),
         "assumes": (f"{lent} thread(s) on {lent} of {physical} physical cores"
-                    + (" (automatic: all but one)" if cpu_cores == 0 else "")
+                    + (" (automatic: every core the owner leaves free)" if cpu_cores == 0 else "")
                     + f", nothing else busy; +{THREAD_GAIN:g} core's speed per thread past the first"),
         "busy_cores": busy_cores, "threads_now": None, "round_seconds_now": None}
     if busy_cores is not None:

@@ -31,7 +31,7 @@ SETTINGS_FILE = "settings.toml"
 class ContributorSettings:
     bootstrap_url: str = ""  # ws:// or wss:// rendezvous server; "" = LAN only
     lan_discovery: bool = True  # announce and browse `_sapo._tcp.local.` by mDNS
-    cpu_cores: int = 0  # torch threads for training; 0 = all physical cores but one
+    cpu_cores: int = 0  # cores lent to training; 0 = automatic: every core the owner's own work leaves free
     use_gpu: bool = True  # use CUDA / MPS when present
     only_when_idle: bool = False  # pause while the user is active (where idle time is known)
     idle_minutes: int = 5  # how long without input counts as idle

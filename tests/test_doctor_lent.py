@@ -19,13 +19,13 @@ def test_the_lent_estimate_undoes_fits_every_core_and_applies_the_gain_per_threa
     rep = doctor.report(hw, can_fetch=False)
     every_core = rep["pick"]["round_seconds"]
     lent = rep["lent"]
-    assert lent["cores_lent"] == lent["threads"] == 3  # automatic: all physical cores but one
-    assert lent["round_seconds"] == pytest.approx(every_core * 4 / (1 + 2 * doctor.THREAD_GAIN), abs=0.1)
+    assert lent["cores_lent"] == lent["threads"] == 4  # automatic: every core (the governor leaves busy ones)
+    assert lent["round_seconds"] == pytest.approx(every_core * 4 / (1 + 3 * doctor.THREAD_GAIN), abs=0.1)
     assert rep["pick"]["round_seconds_lent"] == lent["round_seconds"]
-    assert "3 thread(s) on 3 of 4 physical cores (automatic" in lent["assumes"]
+    assert "4 thread(s) on 4 of 4 physical cores (automatic" in lent["assumes"]
     assert lent["busy_cores"] is None and lent["round_seconds_now"] is None  # load not measured: not guessed
     for c in rep["candidates"]:
-        assert c["round_seconds_lent"] == pytest.approx(c["round_seconds"] * 4 / (1 + 2 * doctor.THREAD_GAIN), abs=0.1)
+        assert c["round_seconds_lent"] == pytest.approx(c["round_seconds"] * 4 / (1 + 3 * doctor.THREAD_GAIN), abs=0.1)
 
 
 def test_one_lent_core_is_fits_single_core_calibration() -> None:

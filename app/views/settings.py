@@ -66,7 +66,7 @@ class SettingsView(QWidget):
         self.lan_discovery = QCheckBox("Find peers on this network (mDNS)")
         self.cpu_cores = QSpinBox()
         self.cpu_cores.setRange(0, 1024)
-        self.cpu_cores.setSpecialValueText("automatic (all physical cores but one)")
+        self.cpu_cores.setSpecialValueText("automatic (every core you leave free)")
         self.use_gpu = QCheckBox("Use the GPU when there is one")
         self.only_when_idle = QCheckBox("Only when the computer is idle")
         self.idle_minutes = QSpinBox()

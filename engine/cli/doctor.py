@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
                    help="longest acceptable paper-sized round (default 300)")
     p.add_argument("--cpu-cores", type=int, default=None, metavar="N",
                    help="cores lent to the engine for the round estimate (default: the data dir's setting; "
-                        "0 = automatic, all physical cores but one)")
+                        "0 = automatic: every core your own work leaves free)")
     p.set_defaults(func=run)
 
 

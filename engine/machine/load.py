@@ -14,8 +14,10 @@ the core the owner wanted. Three levers, each chosen here and applied by the eng
     below is the lever.
   * priority: idle priority where the OS has one (Linux SCHED_IDLE, Windows IDLE_PRIORITY_CLASS, macOS
     background), so the owner's work always runs first; nice 19 where that is refused.
-  * threads: the cores the contributor lends, less those other work keeps busy now (`ThreadPacer`,
-    re-checked between rounds): a thread that has to share its core stalls its siblings.
+  * threads: the cores the contributor lends (automatic: all of them), less those other work keeps busy
+    now (`ThreadPacer`), chosen again inside a round at every decode step and update chunk
+    (engine/machine/governor.py): a thread that has to share its core stalls its siblings, so the
+    count follows the owner's load within a step of it coming or going.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 PRIORITY_ENV = "SAPO_PRIORITY"  # the launcher tells the engine child its priority through this
 PRIORITIES = ("idle", "low", "normal")
 LOW_NICE = 19  # the fallback where idle priority is refused, and the "low" level
-AUTO_RESERVE_CORES = 1  # cpu_cores = 0 lends all physical cores but this many (the app's "automatic")
 SAMPLE_S = 0.5  # a first look at the machine's load samples this long
 MIN_WINDOW_S = 0.25  # shorter windows than this are too noisy to count busy cores from
 # A model left loaded through a long pause holds its memory (hundreds of MB for SmolLM2) for nothing;
@@ -212,8 +213,10 @@ def current_priority(pid: int = 0) -> str:
 # ---- threads ------------------------------------------------------------------------------------------
 
 def lent_cores(setting: int, physical: int) -> int:
-    """The cores the contributor lends: the setting, or 0 = all physical cores but AUTO_RESERVE_CORES."""
-    return setting if setting > 0 else max(1, physical - AUTO_RESERVE_CORES)
+    """The cores the contributor lends: the setting, or 0 = automatic, every physical core (the
+    governor leaves the ones the owner's work takes; keeping one back for good cost an idle 2-core
+    machine 1.72x its round time)."""
+    return setting if setting > 0 else max(1, physical)
 
 
 def choose_threads(lent: int, physical: int, others_busy: float) -> int:
@@ -291,8 +294,8 @@ class ThreadPacer:
 
 
 def set_train_threads(device: str, cores: int) -> None:
-    """Threads while the model loads: the cores the contributor lends (0 = all physical cores but one).
-    The node re-chooses them before every round from what is free then (`apply_threads`)."""
+    """Threads while the model loads: the cores the contributor lends (0 = all physical cores). The
+    node's governor re-chooses them from what is free (engine/machine/governor.py)."""
     if device == "cpu":
         apply_threads(device, lent_cores(cores, cpu_info().physical_cores))
 
@@ -310,16 +313,6 @@ def apply_threads(device: str, threads: int, generator: Any = None) -> None:
     set_generator_threads = getattr(generator, "set_threads", None)
     if set_generator_threads is not None:
         set_generator_threads(threads)
-
-
-def pace_threads(pacer: ThreadPacer, device: str, setting: int, generator: Any = None) -> dict[str, Any]:
-    """This round's threads on a CPU: the cores lent (`setting`, 0 = automatic), less those other work
-    kept busy since the last round -> the choice (empty off CPUs)."""
-    if device != "cpu":
-        return {}
-    choice = pacer.choose(setting)
-    apply_threads(device, choice.threads, generator)
-    return choice.to_dict()
 
 
 class PauseTimer:

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from engine.machine.governor import safe_point
+
 MAX_BATCH_ROWS = 4096  # prompts x n in one call: a guard against accidental huge batches
 
 
@@ -193,6 +195,7 @@ def _decode(model: Any, cache: Any, logits: torch.Tensor, mask: torch.Tensor, ne
             cache.batch_select_indices(keep)
             alive, token, mask, next_pos = alive[keep], token[keep], mask[keep], next_pos[keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)  # [b, T + 1]
+        safe_point()  # the owner's load may have come or gone since the last step
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                     cache=cache, use_cache=True)
         logits = out.logits[:, -1, :].float()  # [b, V]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.machine.governor import safe_point
 from engine.models.generate import SampleConfig
 from engine.models.sampling_np import sample_rows
 
@@ -210,6 +211,7 @@ class LlamaCppRuntime:
         out = []
         for lo in range(0, len(entries), BATCH_TOKENS):
             chunk = entries[lo:lo + BATCH_TOKENS]
+            safe_point()
             self._decode(batch, chunk)
             wanted = sum(1 for e in chunk if e[3])
             if wanted:
@@ -276,6 +278,7 @@ class LlamaCppRuntime:
                 if layout == "split":
                     self._compact(mem, alive, stream, freed)
                     alive.sort(key=lambda r: stream[r])  # batch in stream order, as llama.cpp splits it fastest
+                safe_point()  # threads follow the owner's load between decodes (llama_set_n_threads)
                 self._decode(batch, [(next_token[r], int(pos[r]), stream[r], True) for r in alive])
                 pos[alive] += 1
                 logits = self._logits(len(alive))

@@ -25,8 +25,9 @@ from engine.control.model_switch import prepare_model
 from engine.control.status import NodeStatus, recent_summary
 from engine.events import Event, LogRecord, ModelProgress, NodeState, PeerUpdated, RolloutSeen, StateChanged
 from engine.machine.contribution import Contribution
+from engine.machine.governor import ThreadGovernor
 from engine.machine.guard import Verdict, may_train, probe_machine
-from engine.machine.load import PauseTimer, ThreadPacer, pace_threads
+from engine.machine.load import PauseTimer, ThreadPacer
 from engine.machine.memory import HeapTrimmer
 from engine.models.catalog import about as about_model
 from engine.models.catalog import short_name as model_name
@@ -85,8 +86,9 @@ class Node:
         self._recent_rounds: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)  # (ts, reward)
         self._heap = HeapTrimmer(config.memory)
         self._contribution = Contribution(config.data_dir)  # what this machine has given, kept across restarts
-        self._pacer = ThreadPacer()  # each round's threads: the cores lent that other work leaves free
-        self._threads: dict[str, Any] = {}  # the last choice (engine.machine.load.ThreadChoice)
+        # The threads: the cores lent that other work leaves free, chosen again inside each round.
+        self._governor = ThreadGovernor(ThreadPacer())
+        self._threads: dict[str, Any] = {}  # the last round's (engine.machine.governor.round_record)
         self._pause = PauseTimer()  # a long pause releases the model's memory
         self._desk = AskDesk(list(task_mix(config.mix).specialties), config.seed, self.bus.publish)  # "Try it"
 
@@ -288,8 +290,10 @@ class Node:
                     trainer, self._pause.released = self._build_trainer(), False
                 self._desk.answer(trainer, self._built_model)  # between rounds: never racing the update
                 self._set_state("in_swarm" if self.net.peer_count() else "solo", training=True)
-                self._threads = pace_threads(self._pacer, self._device, self.settings.cpu_cores, trainer.generator)
-                self._run_one_round(trainer)
+                with self._governor.governing(self._device, self.settings.cpu_cores, trainer.generator) as chosen:
+                    self._threads = chosen
+                    self._run_one_round(trainer)
+                self._threads = self._governor.round_record()
                 done += 1
                 if self.config.rounds and done >= self.config.rounds:
                     break

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from engine.machine.governor import safe_point
 from engine.machine.hardware import torch_cpu_bf16
 from engine.sapo.config import SapoConfig
 from engine.sapo.external import apply_external_strategy
@@ -175,6 +176,7 @@ def policy_update(model: Any, optimizer: torch.optim.Optimizer, rows: Sequence[T
         optimizer.zero_grad(set_to_none=True)
         loss_total, binds_total = 0.0, 0.0
         for c in chunks:
+            safe_point()  # threads follow the owner's load between chunks (torch.set_num_threads)
             loss, binds = _chunk_backward(model, c, cfg, denom, first_pass=(it == 0), precision=precision,
                                           device=device, tally=tally)
             loss_total += loss
@@ -248,6 +250,7 @@ def _old_and_ref_logprobs(chunks: list[_Chunk], model: Any, ref_model: Any | Non
     temperature = cfg.sampling.temperature
     with torch.no_grad(), _precision(precision, device):  # old and reference under the same numerics
         for c in chunks:
+            safe_point()
             if cfg.num_iterations > 1:
                 c.old = packed_token_logprobs(model, c.batch, temperature)[0]
             if ref_model is not None:

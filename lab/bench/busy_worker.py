@@ -3,8 +3,9 @@
   python -m lab.bench.busy_worker engine ARGS_JSON   the node's round step and the held-out judge, at the
                                                       setting's priority, threads and (through the
                                                       environment the bench gives it) OpenMP wait policy
-  python -m lab.bench.busy_worker compete N          a CPU-bound owner: an integer/float loop of N steps
-                                                      per unit, one line per unit, until stopped
+  python -m lab.bench.busy_worker compete N [ON OFF] a CPU-bound owner: an integer/float loop of N steps
+                                                      per unit, one line per unit, until stopped (with ON
+                                                      and OFF seconds: working ON, away OFF, again)
 
 The engine worker loads the model and runs one warm-up round at normal priority (quietly: a busy
 machine would otherwise make an idle-priority load the slowest part of the bench), then lowers every
@@ -15,17 +16,20 @@ appears (checked before each round and before the judge): the bench's time cap.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from engine.machine import load as machine_load
-from engine.machine.load import apply_threads, pace_threads
+from engine.machine.governor import ThreadGovernor
+from engine.machine.load import apply_threads
 from engine.models.backends import load_for_node
 from engine.node.peer_groups import make_pool
 from engine.sapo.step import PoolExchange, step
@@ -45,8 +49,14 @@ def work_unit(steps: int) -> float:
     return y
 
 
-def compete(steps: int) -> None:
+def compete(steps: int, on_s: float = 0.0, off_s: float = 0.0) -> None:
+    """Units until stopped; with `on_s` and `off_s`, an owner that comes and goes: units for `on_s`,
+    then nothing for `off_s` (the units are the same work, so their times compare with a steady one's)."""
+    window = time.monotonic()
     while True:
+        if on_s and time.monotonic() - window >= on_s:
+            time.sleep(off_s)
+            window = time.monotonic()
         start = time.time()
         work_unit(steps)
         end = time.time()
@@ -123,23 +133,34 @@ def load(args: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
 
 
 class Pace:
-    """The setting's threads: fixed, or the node's own choice before each round (engine.models.resolve)."""
+    """The setting's threads: fixed, or the node's own governor (chosen before each round and again at
+    every decode step and update chunk: engine.machine.governor)."""
 
     def __init__(self, args: dict[str, Any], generator: Any) -> None:
         self.fixed, self.cpu_cores, self.generator = args["threads"], args["cpu_cores"], generator
-        self.pacer: Any = None
+        self.governor: ThreadGovernor | None = None
 
     def fresh(self) -> None:
         """A new case: the load measured from now on (the node's first look after it starts)."""
-        self.pacer = machine_load.ThreadPacer()
+        self.governor = ThreadGovernor(machine_load.ThreadPacer())
 
-    def threads(self) -> dict[str, Any]:
-        """-> {"threads": n, "others_busy": cores other work kept busy (None for a fixed count)}."""
+    @contextlib.contextmanager
+    def running(self) -> Iterator[dict[str, Any]]:
+        """One round (or the judge) at the setting's threads -> a dict the caller fills in afterwards
+        with `threads` (the last choice), `threads_low`/`threads_high`, `thread_changes`, `others_busy`."""
+        record: dict[str, Any] = {}
         if self.fixed:
             apply_threads("cpu", self.fixed, self.generator)
-            return {"threads": int(self.fixed), "others_busy": None}
-        choice = pace_threads(self.pacer, "cpu", self.cpu_cores, self.generator)
-        return {"threads": choice["threads"], "others_busy": choice["others_busy"]}
+            yield record
+            record.update(threads=int(self.fixed), threads_low=int(self.fixed), threads_high=int(self.fixed),
+                          thread_changes=0, others_busy=None)
+            return
+        assert self.governor is not None
+        with self.governor.governing("cpu", self.cpu_cores, self.generator):
+            yield record
+        done = self.governor.round_record()
+        record.update({key: done[key] for key in ("threads", "threads_low", "threads_high", "thread_changes",
+                                                  "others_busy")})
 
 
 def run_case(trainer: Any, exchange: Any, pace: Pace, questions: list[Any], case: dict[str, Any]) -> None:
@@ -150,13 +171,15 @@ def run_case(trainer: Any, exchange: Any, pace: Pace, questions: list[Any], case
         if abort.exists():
             aborted = True
             break
-        threads, cpu0, start = pace.threads(), _cpu_s(), time.time()
-        phases = step(trainer, exchange).phase_seconds
+        cpu0, start = _cpu_s(), time.time()
+        with pace.running() as threads:
+            phases = step(trainer, exchange).phase_seconds
         say("round", start=start, end=time.time(), **threads, cpu_s=_cpu_s() - cpu0,
             generate=phases.get("generate", 0.0), update=phases.get("update", 0.0), total=phases["total"])
     if case["judge"] and not aborted and not abort.exists():
-        threads, cpu0, start = pace.threads(), _cpu_s(), time.time()
-        judged = judge(trainer, questions, case["eval_k"], [9001])
+        cpu0, start = _cpu_s(), time.time()
+        with pace.running() as threads:
+            judged = judge(trainer, questions, case["eval_k"], [9001])
         say("judge", start=start, end=time.time(), **threads, cpu_s=_cpu_s() - cpu0,
             seconds=time.time() - start, pass_at_1=judged["pass_at_1"])
     say("case_done")
@@ -170,8 +193,8 @@ def engine(args: dict[str, Any]) -> None:
     exchange = PoolExchange(make_pool(PoolConfig(), trainer.cfg.sampling.max_new_tokens, trainer.cfg.partial_credit,
                                       trainer.mix))
     pace.fresh()
-    pace.threads()
-    step(trainer, exchange)  # warm-up: first calls allocate the context and caches
+    with pace.running():
+        step(trainer, exchange)  # warm-up: first calls allocate the context and caches
     applied = apply_priority(args["priority"])  # every thread there is; threads started later inherit it
     say("ready", priority=applied, priority_now=machine_load.current_priority(), threads_now=thread_priorities(),
         wait_policy=os.environ.get(machine_load.WAIT_POLICY_ENV, "(libgomp default)"),
@@ -187,7 +210,7 @@ def engine(args: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     if argv[0] == "compete":
-        compete(int(argv[1]))
+        compete(int(argv[1]), *(float(a) for a in argv[2:4]))
     elif argv[0] == "engine":
         engine(json.loads(Path(argv[1]).read_text()))
     else:
