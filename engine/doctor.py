@@ -17,6 +17,8 @@ DEFAULT_MAX_ROUND_SECONDS = 300.0  # "a few minutes" per paper-sized round suits
 # alone scales less, 3.9 -> 2.3 s, the torch update more, 8.5 -> 4.8 s), bench/busy.md, which compares
 # the resulting estimate with measured rounds.
 THREAD_GAIN = 0.7
+CALIBRATION_ROUNDS = 32  # the newest measured rounds a calibration reads
+MIN_CALIBRATION_ROUNDS = 3  # fewer than this (with an update in them) and the catalog's estimate stands
 
 
 def hypothetical(device: str, memory_gb: float, cores: int = 8, bf16: bool = True) -> HardwareProfile:
@@ -99,13 +101,57 @@ def lent_estimate(hw: HardwareProfile, pick_seconds: float, cpu_cores: int, busy
     return out
 
 
+def measured_round(rows: list[dict[str, Any]], shape: fit.RoundShape) -> dict[str, Any] | None:
+    """This machine's own measured rounds of one model (the store's rows, oldest first) -> the round of
+    `shape` they imply: the median generation (with scoring and preparing) plus the measured update
+    time per trained completion for every completion of the shape trained (the catalog's estimate
+    counts them all; a real round skips groups without signal). None with too few rounds to tell."""
+    rows = [r for r in rows[-CALIBRATION_ROUNDS:] if (r.get("seconds_total") or 0) > 0]
+    trained = [r for r in rows if (r.get("rows_trained") or 0) > 0 and (r.get("seconds_update") or 0) > 0]
+    if len(rows) < MIN_CALIBRATION_ROUNDS or len(trained) < MIN_CALIBRATION_ROUNDS:
+        return None
+    before_update = sorted(sum(float(r.get(f"seconds_{p}") or 0.0) for p in ("generate", "score", "prepare"))
+                           for r in rows)
+    per_row = sum(float(r["seconds_update"]) for r in trained) / sum(float(r["rows_trained"]) for r in trained)
+    generate = before_update[len(before_update) // 2]
+    round_s = generate + per_row * shape.questions * shape.completions
+    return {"rounds": len(rows), "generate_seconds": round(generate, 2), "update_seconds_per_completion":
+            round(per_row, 4), "round_seconds": round(round_s, 1)}
+
+
+def stored_rounds(store: Any) -> tuple[str, list[dict[str, Any]]] | None:
+    """(the model this machine trains, its newest rounds) from a node's store, for `report(measured=)`."""
+    model = store.current_model()
+    return None if model is None else (model, store.rounds(model=model, limit=CALIBRATION_ROUNDS))
+
+
+def calibrate(rep: dict[str, Any], model: str, measured: dict[str, Any]) -> None:
+    """Scale `rep`'s CPU-bound estimates by what this machine measured for `model` (a catalog id in
+    the report): every model's round is assumed off by the same factor as the one measured."""
+    entry = next((c for c in rep["candidates"] if c["model"] == model and c["round_seconds"]), None)
+    if entry is None or not entry["round_seconds_lent"]:
+        return
+    factor = measured["round_seconds"] / entry["round_seconds_lent"]
+    for c in rep["candidates"]:
+        c["round_seconds_lent"] = round(c["round_seconds_lent"] * factor, 1)
+    lent = rep["lent"]
+    for key in ("round_seconds", "round_seconds_now"):
+        if lent[key] is not None:
+            lent[key] = round(lent[key] * factor, 1)
+    rep["pick"]["round_seconds_lent"] = lent["round_seconds"]
+    lent["source"] = "measured"
+    lent["calibration"] = {"model": model, "factor": round(factor, 3), **measured}
+
+
 def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = None,
            can_fetch: bool | None = None, max_round_seconds: float = DEFAULT_MAX_ROUND_SECONDS,
            models: list[catalog.ModelSpec] | None = None, cpu_cores: int = 0,
-           busy_cores: float | None = None) -> dict[str, Any]:
+           busy_cores: float | None = None, measured: tuple[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """`can_fetch` None: ask the hub (`hub_status`); True / False: assume it answers / is off.
     `cpu_cores`: the contributor's setting (0 = automatic); `busy_cores`: cores other work keeps busy
-    now, if measured. "lent" is the round for those cores, "round_seconds" fit's for every core."""
+    now, if measured. "lent" is the round for those cores, "round_seconds" fit's for every core.
+    `measured`: (model id, the store's rounds of it on this machine): enough of them calibrate the
+    estimates ("lent"'s `source` says "measured", else "estimated" from the catalog's rates)."""
     hw = hw or probe()
     hub = hub_status() if can_fetch is None else HUB_UP if can_fetch else HUB_OFF
     fetch = hub == HUB_UP
@@ -118,7 +164,7 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
     keys = ("model", "backend", "quantization", "estimated_bytes", "budget_bytes", "verdict", "reason")
     lent = lent_estimate(hw, chosen.round_seconds, cpu_cores, busy_cores)
     threads = lent["threads"]
-    return {
+    rep = {
         "device": hw.to_dict(),
         "round": {"questions": shape.questions, "completions": shape.completions,
                   "prompt_tokens": shape.prompt_tokens, "max_new_tokens": shape.max_new_tokens,
@@ -133,6 +179,12 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
                        for e in candidates],
         "fast_paths": fast_paths(),
     }
+    lent["source"] = "estimated"
+    if measured is not None and hw.kind == "cpu":
+        calibration = measured_round(measured[1], shape)
+        if calibration is not None:
+            calibrate(rep, measured[0], calibration)
+    return rep
 
 
 def fast_paths() -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 from engine import doctor
 from engine.cli.doctor import lent_line
 from engine.settings import ContributorSettings
+from engine.store import Store
 
 
 def test_the_lent_estimate_undoes_fits_every_core_and_applies_the_gain_per_thread() -> None:
@@ -73,3 +74,40 @@ def test_the_table_says_the_lent_round_and_the_load() -> None:
     assert "~18 s for m (1 thread(s)" in lent_line("m", lent) and "no core is free" in lent_line("m", lent)
     assert "~30 s" in lent_line("m", lent | {"busy_cores": 0.5, "round_seconds_now": 30.0})
     assert "Now" not in lent_line("m", lent | {"busy_cores": None})
+
+
+def _measured_store(path: Path, model: str, rounds: int, generate_s: float, update_per_row_s: float) -> Store:
+    store = Store(path / "node.db")
+    for r in range(1, rounds + 1):
+        rows = 16 * (r % 3)  # rounds whose groups had no signal trained nothing: they still measure generation
+        update = update_per_row_s * rows
+        store.record_round(r, r, {"rows_trained": float(rows), "groups_trained": float(r % 3)}, {},
+                           {"generate": generate_s, "score": 0.1, "prepare": 0.0, "update": update,
+                            "total": generate_s + 0.1 + update}, 2, 0, model=model)
+    return store
+
+
+def test_this_machines_own_rounds_calibrate_the_estimate_and_say_so(tmp_path: Path) -> None:
+    hw = doctor.hypothetical("cpu", 16, cores=2)
+    estimated = doctor.report(hw, can_fetch=False)
+    model = estimated["pick"]["model"]
+    assert estimated["lent"]["source"] == "estimated" and "calibration" not in estimated["lent"]
+    store = _measured_store(tmp_path, model, 40, generate_s=3.9, update_per_row_s=0.25)
+    try:
+        measured = doctor.stored_rounds(store)
+        assert measured is not None and measured[0] == model and len(measured[1]) == doctor.CALIBRATION_ROUNDS
+        rep = doctor.report(hw, can_fetch=False, measured=measured)
+    finally:
+        store.close()
+    lent, shape = rep["lent"], rep["round"]
+    full_round = 4.0 + 0.25 * shape["questions"] * shape["completions"]  # every completion trained, as estimated
+    assert lent["source"] == "measured" and lent["round_seconds"] == pytest.approx(full_round, abs=0.2)
+    assert lent["calibration"]["rounds"] == doctor.CALIBRATION_ROUNDS
+    factor = lent["calibration"]["factor"]
+    for before, after in zip(estimated["candidates"], rep["candidates"]):  # every model scaled alike
+        assert after["round_seconds_lent"] == pytest.approx(before["round_seconds_lent"] * factor, rel=0.02, abs=0.1)
+    assert "measured here: 32 rounds of" in lent_line(model, lent)
+    assert "estimated from the catalog's rates" in lent_line(model, estimated["lent"])
+    (tmp_path / "few").mkdir()
+    with _measured_store(tmp_path / "few", model, 2, 3.9, 0.25) as few:  # too few rounds to tell
+        assert doctor.report(hw, can_fetch=False, measured=doctor.stored_rounds(few))["lent"]["source"] == "estimated"

@@ -111,6 +111,10 @@ def round_estimate_text(lent: Any, every_core_s: Any) -> str | None:
     text = f"~{lent_s:,.0f} s per round on the {threads} core{'s' if threads != 1 else ''} you lend"
     if finite_number(now_s) and abs(now_s - lent_s) >= 1:
         text += f" (~{now_s:,.0f} s beside what else runs now)"
+    if _get(lent, "source") == "measured":
+        text += ", from this machine's own rounds"
+    elif _get(lent, "source") == "estimated":
+        text += ", estimated (no rounds measured here yet)"
     return text
 
 

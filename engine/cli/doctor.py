@@ -10,6 +10,7 @@ from typing import Any
 from engine.machine.load import LoadProbe
 from engine.paths import default_data_dir
 from engine.settings import ContributorSettings
+from engine.store import Store
 from engine.supervisor import read_last_crash
 
 
@@ -50,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = {"hw": hw, "can_fetch": fetch, "cpu_cores": cores, "busy_cores": busy}
     if args.max_round_seconds is not None:
         kwargs["max_round_seconds"] = args.max_round_seconds
+    if hw is None and (data_dir / "node.db").exists():  # this machine's own rounds calibrate the estimate
+        with Store(data_dir / "node.db") as store:
+            kwargs["measured"] = doctor.stored_rounds(store)
     rep = doctor.report(**kwargs)
     rep["last_crash"] = read_last_crash(data_dir)
     if args.json:
@@ -104,8 +108,14 @@ def print_table(rep: dict[str, Any]) -> None:
 
 
 def lent_line(model: str, lent: dict[str, Any]) -> str:
-    """The round time for the cores lent, and what it assumed; then the same beside today's load."""
-    line = f"Round for the cores you lend: ~{lent['round_seconds']:.0f} s for {model} ({lent['assumes']})"
+    """The round time for the cores lent, what it assumed and where it comes from (this machine's
+    measured rounds, or the catalog's rates); then the same beside today's load."""
+    calibration = lent.get("calibration")
+    source = (f"measured here: {calibration['rounds']} rounds of {calibration['model']}, "
+              f"the catalog's estimate x{calibration['factor']:.2f}" if calibration
+              else "estimated from the catalog's rates")
+    line = (f"Round for the cores you lend: ~{lent['round_seconds']:.0f} s for {model} ({lent['assumes']}; "
+            f"{source})")
     if lent["busy_cores"] is None:
         return line
     if lent["round_seconds_now"] is None:

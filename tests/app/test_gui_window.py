@@ -188,6 +188,8 @@ def test_round_time_texts_read_malformed_reports_safely() -> None:
 
     assert round_estimate_text({"round_seconds": 12.4, "threads": 1, "round_seconds_now": 30.0}, 8.0) == \
         "~12 s per round on the 1 core you lend (~30 s beside what else runs now)"
+    assert round_estimate_text({"round_seconds": 12.4, "threads": 2, "source": "measured"}, 8.0) == \
+        "~12 s per round on the 2 cores you lend, from this machine's own rounds"
     assert round_estimate_text({"round_seconds": "x"}, 8.0) == "~8 s per round"
     assert round_estimate_text(None, float("nan")) is None
     assert measured_text([]) == "no round yet"
