@@ -109,6 +109,11 @@ METRICS: tuple[Metric, ...] = (
     # schema v6: with the zero-advantage filter off, a peer's group without signal enters the loss
     Metric("peer_text_mixed", f"Of the groups from {_SOURCE_WORDS['peer_text']}, those with both a right "
            "and a wrong answer.", "groups", 6),
+    # schema v8: what the round cost in energy (engine/machine/contribution.py)
+    Metric("energy_j", "The energy this machine spent on the round (its held-out check not included): read "
+           "from the CPU's power meter where one is readable, else estimated from CPU time.", "J", 8),
+    Metric("energy_measured", "1 when the round's energy was read from the CPU's power meter, 0 when it was "
+           "estimated from CPU time.", "", 8),
     # not stored: the round's event carries them (sapo history and the dashboard read the event)
     Metric("external_implausible", "Peers' answers left out of the update because this model found them "
            "implausible (too unlikely under it to have come from a model like it).", "answers", None),

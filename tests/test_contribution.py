@@ -69,6 +69,24 @@ def test_measured_energy_comes_from_the_meter(tmp_path: Path, monkeypatch: pytes
     assert status["energy_measured"] is True and status["energy_wh"] == pytest.approx(3.6 / 3600)
 
 
+def test_each_round_says_its_energy_and_the_totals_give_it_per_hour_and_per_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([(0, 10**12), (2_000_000, 10**12), (5_000_000, 10**12)])  # start, mid-round, round end
+    monkeypatch.setattr(c, "read_energy_uj", lambda root=None: next(readings))
+    meter = Contribution(tmp_path)
+    assert meter.round_energy() == {"energy_j": 2.0, "energy_measured": 1.0}  # so far: what the round stores
+    meter.round_done()
+    status = meter.status(groups_peers_trained=4)
+    assert status["wh_per_group_peers_trained"] == pytest.approx(5.0 / 3600 / 4)
+    assert status["watts_training"] == pytest.approx(5.0 / (status["train_hours"] * 3600))
+    assert meter.status()["groups_peers_trained"] == 0 and meter.status()["wh_per_group_peers_trained"] == 0.0
+    monkeypatch.setattr(c, "read_energy_uj", lambda root=None: None)
+    meter.round_started()
+    _busy(0.1)
+    estimated = meter.round_energy()
+    assert estimated["energy_measured"] == 0.0 and estimated["energy_j"] > 0  # CPU time x the per-core figure
+
+
 @pytest.mark.parametrize("content", ["", "not json", "[]", json.dumps({"rounds": "many"}),
                                      json.dumps({"cpu_seconds": float("inf")}), json.dumps({"energy_j": -1})])
 def test_a_bad_totals_file_starts_from_zero(tmp_path: Path, content: str) -> None:

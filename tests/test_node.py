@@ -59,6 +59,10 @@ def test_join_pause_resume_leave(tmp_path: Path, tiny_model: Path) -> None:
     assert rounds == list(range(1, len(rounds) + 1))
     history = node.history()
     assert [r["round"] for r in history["rounds"]] == rounds
+    stored = node.store.rounds()
+    assert all(r["energy_j"] > 0 and r["energy_measured"] in (0.0, 1.0) for r in stored)  # each round's cost
+    threads = node.status().threads  # the governor's record of the last round
+    assert {"threads", "threads_low", "threads_high", "thread_changes"} <= set(threads)
     assert node.error is None
     node.store.close()
 

@@ -12,7 +12,7 @@ import pytest
 
 from engine.cli.train import run_history
 from engine.sapo.frontier import source_metrics
-from engine.store import SOURCE_METRICS, Store
+from engine.store import SOURCE_METRICS, Store, schema
 
 
 def _round(store: Store, n: int, metrics: dict[str, float]) -> None:
@@ -50,7 +50,7 @@ def test_a_v5_store_gains_peer_text_mixed_and_reads_its_old_rounds_as_filtered(t
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 7
+        assert store.schema_version == schema.SCHEMA_VERSION
         assert store.rounds()[0]["peer_text_mixed"] is None and store.rounds()[0]["peer_text_groups"] == 2
         # under the zero-advantage filter every peer text group trained on had signal
         assert store.source_totals(last=10)["peer_text_mixed"] == 2

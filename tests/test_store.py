@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store import PHASES, ROUND_METRICS, Store, StoreError
+from engine.store import PHASES, ROUND_METRICS, Store, StoreError, schema
 
 
 def _metrics(x: float) -> dict[str, float]:
@@ -19,7 +19,7 @@ def _metrics(x: float) -> dict[str, float]:
 def test_rounds_survive_reopen_and_replace_on_replay(tmp_path: Path) -> None:
     path = tmp_path / "node.db"
     with Store(path) as store:
-        assert store.schema_version == 7
+        assert store.schema_version == schema.SCHEMA_VERSION
         for r in range(1, 4):
             store.record_round(r, r, _metrics(r / 10), {"bf": r / 10}, {"generate": 0.5, "total": 1.0}, 8, 0,
                                ts=100.0 + r)
@@ -53,7 +53,7 @@ def test_a_v1_store_gains_the_format_and_rung_columns_and_keeps_its_rounds(tmp_p
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 7
+        assert store.schema_version == schema.SCHEMA_VERSION
         old = store.rounds()[0]
         assert old["reward_mean"] == 0.25 and old["rungs"] == {} and old["format_rate"] is None
         store.record_round(2, 2, {**_metrics(0.5), "format_rate": 0.75, "format_weight": 0.1}, {"bf": 0.5}, {}, 4, 0,

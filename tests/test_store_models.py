@@ -89,7 +89,7 @@ def test_a_v6_store_keys_its_rounds_by_model_and_keeps_them(tmp_path: Path, monk
     db.commit()
     db.close()
     with Store(path) as store:
-        assert store.schema_version == 7
+        assert store.schema_version == schema.SCHEMA_VERSION
         assert [(r["model"], r["round"]) for r in store.rounds()] == [
             ("seed", 1), ("seed", 2), ("seed", 3), ("smol", 4), ("smol", 5)]
         assert store.evals()[0]["train_seconds"] == 120.0  # smol's rounds 4 and 5, a minute each
@@ -112,3 +112,36 @@ def test_sapo_history_names_the_model_of_each_round(tmp_path: Path, capsys: pyte
     assert [line.split()[:3] for line in out[1:4]] == [["-", "1", "1"], ["seed", "1", "1"],
                                                        ["SmolLM2-135M-Instruct", "1", "1"]]
     assert any("SmolLM2-135M-Instruct round      1 (heldout)" in line for line in out)
+
+
+def test_a_v7_store_gains_the_energy_columns_and_keeps_its_rounds(tmp_path: Path) -> None:
+    path = tmp_path / "node.db"
+    with Store(path) as store:
+        _round(store, 1, "seed")
+    db = sqlite3.connect(path)  # the same file as a v7 engine left it: no energy columns
+    for column in ("energy_j", "energy_measured"):
+        db.execute(f"ALTER TABLE rounds DROP COLUMN {column}")
+    db.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == schema.SCHEMA_VERSION == 8
+        assert store.rounds()[0]["energy_j"] is None  # not measured then, not made up now
+        store.record_round(2, 2, {"reward_mean": 0.5, "energy_j": 41.5, "energy_measured": 0.0}, {}, {}, 2, 0,
+                           model="seed")
+        assert (store.rounds()[1]["energy_j"], store.rounds()[1]["energy_measured"]) == (41.5, 0.0)
+
+
+def test_sapo_history_gives_each_rounds_energy_and_says_when_it_is_an_estimate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Store(tmp_path / "node.db") as store:
+        _round(store, 1, "seed")  # stored before energy was: "-"
+        for n, (joules, measured) in enumerate([(40.0, 0.0), (60.0, 1.0)], start=2):
+            store.record_round(n, n, {"reward_mean": 0.5, "energy_j": joules, "energy_measured": measured}, {},
+                               {"total": 10.0}, 2, 0, model="seed")
+    assert run_history(argparse.Namespace(data_dir=tmp_path, csv=None, last=20)) == 0
+    out = capsys.readouterr().out.splitlines()
+    column = out[0].split().index("J")
+    assert [line.split()[column] for line in out[1:4]] == ["-", "~40", "60"]
+    assert any(line == "energy: 0.03 Wh over 2 rounds, 5.0 W while training (estimated from CPU time where no "
+               "meter was readable)" for line in out)

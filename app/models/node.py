@@ -32,6 +32,7 @@ CRASH_SHOWN_FOR_S = 24 * 3600  # the header mentions the engine's last crash for
 IDENTITY_KEYS = ("model", "model_name", "model_about", "device", "backend", "peer_name", "data_dir")  # from `status` only
 
 CONTRIBUTION_NUMBERS = ("train_hours", "cpu_hours", "rounds", "cpu_share_last_round", "energy_wh", "memory_bytes")
+CONTRIBUTION_OPTIONAL = ("watts_training", "groups_peers_trained", "wh_per_group_peers_trained")
 
 
 def parse_contribution(raw: Any) -> dict[str, Any]:
@@ -45,6 +46,10 @@ def parse_contribution(raw: Any) -> dict[str, Any]:
             return {}  # NaN fails the comparison too
         out[key] = float(value)
     out["energy_measured"] = raw.get("energy_measured") is True
+    for key in CONTRIBUTION_OPTIONAL:  # engines before energy per hour and per group leave them out
+        value = raw.get(key, 0.0)
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < 1e18
+        out[key] = float(value) if ok else 0.0
     return out
 
 

@@ -27,6 +27,11 @@ def giving_rows(c: dict[str, Any]) -> dict[str, str]:
         return {row: "–" for row in ROWS}
     energy = c.get("energy_wh", 0.0)
     energy_text = f"{energy / 1000:,.2f} kWh" if energy >= 1000 else f"{energy:,.1f} Wh"
+    if c.get("watts_training"):
+        energy_text += f", {c['watts_training']:,.0f} W while training"
+    if c.get("groups_peers_trained"):
+        energy_text += (f", {c['wh_per_group_peers_trained']:,.2f} Wh per group peers trained on "
+                        f"({int(c['groups_peers_trained']):,} groups)")
     return {
         "Training time": f"{duration_text(c.get('train_hours', 0.0))} over {int(c.get('rounds', 0)):,} rounds",
         "CPU time": duration_text(c.get("cpu_hours", 0.0)),

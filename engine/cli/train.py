@@ -213,14 +213,15 @@ def run_history(args: argparse.Namespace) -> int:
         rows = store.rounds(limit=args.last)
         width = max([len("model")] + [len(model_cell(r["model"])) for r in rows])
         print(f"{'model':<{width}} {'round':>6} {'ver':>5} {'reward':>7} {'zero-std':>8} {'loss':>8} {'clip':>6} "
-              f"{'entropy':>7} {'len':>5} {'tok/s':>6} {'sec':>6} {'own':>5} {'sugg':>5} {'peer':>5} {'cpu% o/s/p':>11}")
+              f"{'entropy':>7} {'len':>5} {'tok/s':>6} {'sec':>6} {'J':>6} {'own':>5} {'sugg':>5} {'peer':>5} {'cpu% o/s/p':>11}")
         for r in rows:  # rounds are numbered per model: the model column says whose round it is
             print(f"{model_cell(r['model']):<{width}} {r['round']:>6} {r['policy_version']:>5} {r['reward_mean'] or 0:>7.3f} "
                   f"{r['frac_reward_zero_std'] or 0:>8.2f} {r['loss'] or 0:>+8.4f} {r['clip_fraction'] or 0:>6.3f} "
                   f"{r['entropy'] or 0:>7.2f} {r['completion_len_mean'] or 0:>5.1f} {r['tokens_per_s'] or 0:>6.0f} "
-                  f"{r['seconds_total'] or 0:>6.2f} {source_cells(r)}")
+                  f"{r['seconds_total'] or 0:>6.2f} {energy_cell(r):>6} {source_cells(r)}")
         if rows:
-            print("\n" + sources_summary(store.source_totals(len(rows)), len(rows)))
+            print("\n" + energy_summary(rows))
+            print(sources_summary(store.source_totals(len(rows)), len(rows)))
         evals = store.evals()
         if evals:
             print("\nheld-out evals:")
@@ -228,6 +229,27 @@ def run_history(args: argparse.Namespace) -> int:
                 print(f"  {model_cell(ev['model'])} round {ev['round']:>6} ({ev['kind']}): pass@1 {ev['pass1']:.4f}  "
                       f"pass@{ev['k']} {ev['passk']:.4f}")
     return 0
+
+
+def energy_cell(row: dict[str, Any]) -> str:
+    """A round's energy in joules: "~" marks an estimate from CPU time, "-" a round stored before."""
+    joules = row.get("energy_j")
+    if joules is None:
+        return "-"
+    return f"{joules:.0f}" if row.get("energy_measured") else f"~{joules:.0f}"
+
+
+def energy_summary(rows: list[dict[str, Any]]) -> str:
+    """The shown rounds' energy: in all, per hour of training, and where it comes from."""
+    known = [r for r in rows if r.get("energy_j") is not None]
+    if not known:
+        return "energy: not recorded for these rounds (stored by engines from schema 8 on)"
+    joules = sum(float(r["energy_j"]) for r in known)
+    seconds = sum(float(r.get("seconds_total") or 0.0) for r in known)
+    measured = all(r.get("energy_measured") for r in known)
+    per_hour = f", {joules / seconds:.1f} W while training" if seconds > 0 else ""
+    return (f"energy: {joules / 3600:.2f} Wh over {len(known)} rounds{per_hour} ("
+            + ("measured by the CPU's power meter)" if measured else "estimated from CPU time where no meter was readable)"))
 
 
 def model_cell(model: str) -> str:

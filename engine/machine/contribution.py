@@ -98,16 +98,27 @@ class Contribution:
         """Time before a round (after a pause, say) is not counted as given."""
         self._last = self._sample()
 
-    def round_done(self) -> None:
-        wall0, cpu0, energy0 = self._last
-        wall1, cpu1, energy1 = self._last = self._sample()
+    def _since(self, start: tuple[float, float, tuple[int, int] | None],
+               end: tuple[float, float, tuple[int, int] | None]) -> tuple[float, float, float, bool]:
+        """(wall s, CPU s, joules, measured) between two samples."""
+        (wall0, cpu0, energy0), (wall1, cpu1, energy1) = start, end
         wall, cpu = wall1 - wall0, max(0.0, cpu1 - cpu0)
+        if energy0 is not None and energy1 is not None:
+            return wall, cpu, energy_delta_uj(energy0[0], energy1[0], energy1[1]) / 1e6, True
+        return wall, cpu, cpu * ESTIMATED_WATTS_PER_BUSY_CORE, False
+
+    def round_energy(self) -> dict[str, float]:
+        """The round's energy so far (since `round_started`), as the round's metrics: `energy_j` and
+        `energy_measured` (1 when read from the CPU's meter, 0 when estimated from CPU time)."""
+        _, _, joules, measured = self._since(self._last, self._sample())
+        return {"energy_j": round(joules, 3), "energy_measured": 1.0 if measured else 0.0}
+
+    def round_done(self) -> None:
+        start = self._last
+        self._last = self._sample()
+        wall, cpu, joules, measured = self._since(start, self._last)
         if not 0 < wall <= MAX_ROUND_GAP_S:
             return
-        if energy0 is not None and energy1 is not None:
-            joules, measured = energy_delta_uj(energy0[0], energy1[0], energy1[1]) / 1e6, True
-        else:
-            joules, measured = cpu * ESTIMATED_WATTS_PER_BUSY_CORE, False
         with self._lock:
             t = self.totals
             t.train_seconds += wall
@@ -127,7 +138,9 @@ class Contribution:
         except OSError:
             pass  # a full disk costs the totals' last round, never the training
 
-    def status(self) -> dict[str, Any]:
+    def status(self, groups_peers_trained: int = 0) -> dict[str, Any]:
+        """The totals for the app; `groups_peers_trained`: this node's groups peers trained on (its
+        receipts), which the energy is also given per."""
         with self._lock:
             t = self.totals
             share = self._recent_share
@@ -138,4 +151,7 @@ class Contribution:
         measured = t.energy_j > 0 and t.measured_energy_j >= 0.99 * t.energy_j
         return {"train_hours": t.train_seconds / 3600, "cpu_hours": t.cpu_seconds / 3600,
                 "rounds": t.rounds, "cpu_share_last_round": share, "energy_wh": t.energy_j / 3600,
-                "energy_measured": measured, "memory_bytes": memory}
+                "energy_measured": measured, "memory_bytes": memory,
+                "watts_training": t.energy_j / t.train_seconds if t.train_seconds > 0 else 0.0,
+                "groups_peers_trained": groups_peers_trained,
+                "wh_per_group_peers_trained": t.energy_j / 3600 / groups_peers_trained if groups_peers_trained else 0.0}

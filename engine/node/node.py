@@ -105,7 +105,8 @@ class Node:
                 peer_name=self.net.identity.name if self.net.identity else "",
                 swarm=self.net.health(self._reputation), last_crash=self._last_crash, eval_every=self._eval_every,
                 eval_every_s=self._eval_every_s, recent=recent_summary(list(self._recent_rounds), time.time()),
-                memory=self._heap.status(), contribution=self._contribution.status(), threads=dict(self._threads),
+                memory=self._heap.status(), threads=dict(self._threads),
+                contribution=self._contribution.status(self.net.groups_peers_trained()),
                 model_released=self._pause.released)
 
     async def join(self) -> None:
@@ -327,6 +328,7 @@ class Node:
         built = build_trainer(self.config, self.settings, model, self.store, self._checkpoint_dir(model),
                               self.bus.publish, self._round)
         trainer = built.trainer
+        trainer.round_meter = self._contribution.round_energy  # each stored round says what it cost
         self._continue_round_count(trainer)
         self._built_model = model
         with self._lock:

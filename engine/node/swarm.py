@@ -89,6 +89,11 @@ class NodeSwarm:
         service = self.service  # read once: the loop may clear it while leaving
         return service.peer_count() if service is not None else 0
 
+    def groups_peers_trained(self) -> int:
+        """This node's groups peers said they trained on (its receipts, as the courier counts them)."""
+        service = self.service
+        return int(service.receipts.stats()["used"]) if service is not None else 0
+
     def health(self, reputation: dict[str, dict[str, float]]) -> dict[str, Any]:
         """What the swarm refused and why: frames by reason (signature, schema, replay, rate) and
         groups by reason (forged reference, oversized, duplicate, ...). Empty when solo."""

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +74,7 @@ class Trainer:
         self._lib = library
         self.reward_fn = reward_fn or (lambda q, c: library.score(q, c, partial_credit=cfg.partial_credit))
         self.on_event = on_event
+        self.round_meter: Callable[[], Mapping[str, float]] | None = None  # more of a round's metrics
         self.generator = generator if generator is not None else HFGenerator()  # samples each round
         self.rng = random.Random(seed)
         self.round = 0
@@ -247,6 +248,8 @@ class Trainer:
         due_in = eval_due_in(self.cfg, self.round, self.eval_clock, phases["total"])
         if due_in is not None:  # not a store column: the dashboard's "next check in ~N min"
             metrics["eval_due_in_s"] = due_in
+        if self.round_meter is not None:  # e.g. the round's energy, read by whoever runs the trainer
+            metrics.update(self.round_meter())
         rungs = dict(self.curriculum.rungs) if self.cfg.curriculum.enabled else {}
         if self.store is not None:
             self.store.record_round(self.round, self.policy_version, metrics, per_spec, phases,

@@ -96,8 +96,10 @@ def migrate(db: sqlite3.Connection, version: int) -> None:
 
 
 def _add_metric_columns(db: sqlite3.Connection, since: int) -> None:
+    have = {c[1] for c in db.execute("PRAGMA table_info(rounds)")}
     for metric in columns(since):
-        db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
+        if metric not in have:  # a migration interrupted after some columns went in may run again
+            db.execute(f"ALTER TABLE rounds ADD COLUMN {metric} REAL")
 
 
 def _key_rounds_by_model(db: sqlite3.Connection) -> None:

@@ -81,6 +81,11 @@ def test_a_malformed_contribution_shows_nothing_rather_than_nonsense() -> None:
         assert parse_contribution(junk) == {}
     assert set(giving_rows({}).values()) == {"–"}
     assert parse_contribution(good | {"energy_measured": "yes"})["energy_measured"] is False
+    given = parse_contribution(good | {"watts_training": 9.6, "groups_peers_trained": 40,
+                                       "wh_per_group_peers_trained": 0.3})
+    assert giving_rows(given)["Energy"].startswith("12.0 Wh, 10 W while training, 0.30 Wh per group peers "
+                                                   "trained on (40 groups) (estimated")
+    assert parse_contribution(good | {"watts_training": float("nan")})["watts_training"] == 0.0  # dropped, not shown
 
 
 def test_the_header_says_what_the_engine_is_doing_and_for_how_long(qtbot: QtBot) -> None:
