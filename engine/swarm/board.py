@@ -19,6 +19,7 @@ listing of all N keys (a listing is O(N) bytes per node per round, which is what
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import OrderedDict
 from collections.abc import Callable
@@ -108,6 +109,15 @@ class Draws:
                 break
             slot += hi - lo + 1
         return slot
+
+    def wave(self, n: int) -> list[int]:
+        """Up to `n` distinct slots to read at once (each marked known as it is drawn, so a wave never
+        reads one slot twice; two draws in one gap may still return the same frame, a repeat)."""
+        slots: list[int] = []
+        while len(slots) < n and (slot := self.next()) is not None:
+            slots.append(slot)
+            self.known(slot, slot)
+        return slots
 
     def known(self, start: int, end: int) -> None:
         """Slots start..end (inclusive) need no more reads: empty, or holding a frame already read."""
@@ -200,21 +210,27 @@ class BoardReader:
 
 
 async def fetch(board: Board, reader: BoardReader, j: int) -> list[FetchResult]:
-    """Fetch up to j fresh frames of other nodes, one direct read per draw (at most 4j reads)."""
+    """Fetch up to j fresh frames of other nodes (at most 4j reads). Reads go out in waves: as many at
+    once as frames are still wanted, so an exchange costs a few round trips instead of one per read
+    (7 at 100 ms each were measured one at a time); each wave's results narrow the next wave's draws."""
     first, last = await board.extent()
     reader.observe(first, last)
     results: list[FetchResult] = []
     seen_origins: set[str] = set()
     draws = reader.draws(first, last, j)
-    while len(results) < j and (slot := draws.next()) is not None:
-        frame = await board.get_from(slot)
-        draws.known(slot, frame.slot if frame is not None else last)
-        if frame is None:
-            continue
-        got = reader.take(frame)
-        if got is not None and got.origin not in seen_origins:
-            seen_origins.add(got.origin)
-            results.append(got)
+    while len(results) < j:
+        wave = draws.wave(j - len(results))
+        if not wave:
+            break
+        frames = await asyncio.gather(*(board.get_from(slot) for slot in wave))
+        for slot, frame in zip(wave, frames):  # in draw order: the same frames win whatever the timing
+            draws.known(slot, frame.slot if frame is not None else last)
+            if frame is None:
+                continue
+            got = reader.take(frame)
+            if got is not None and got.origin not in seen_origins and len(results) < j:
+                seen_origins.add(got.origin)
+                results.append(got)
     return results
 
 

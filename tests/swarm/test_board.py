@@ -332,3 +332,42 @@ def test_a_reader_gets_new_frames_after_the_nats_server_restarts() -> None:
         server.close()
     assert extent[0] <= 2 and extent[1] <= 6  # the new stream numbers from 1 again (a retried put may cost one)
     assert (before, after) == (6, 5) and reader.counters["board_restarts"] == 1
+
+
+class _SlowBoard:
+    """A memory board whose reads each take `delay_s` (a link's round trip), counting reads in flight."""
+
+    def __init__(self, board: MemoryBoard, delay_s: float) -> None:
+        self.board, self.delay_s = board, delay_s
+        self.in_flight = self.most_in_flight = self.reads = self.waits = 0  # waits: reads begun with none in flight
+
+    async def extent(self) -> tuple[int, int]:
+        return await self.board.extent()
+
+    async def get_from(self, slot: int) -> BoardFrame | None:
+        self.reads += 1
+        self.waits += self.in_flight == 0
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+            return await self.board.get_from(slot)
+        finally:
+            self.in_flight -= 1
+
+
+def test_a_fetch_reads_in_waves_not_one_frame_per_round_trip() -> None:
+    nodes = [_node() for _ in range(12)]
+    _, mine = _node()
+
+    async def main() -> tuple[int, _SlowBoard]:
+        memory = MemoryBoard()
+        await _put_all(memory, nodes)
+        slow = _SlowBoard(memory, delay_s=0.05)
+        results = await fetch(slow, BoardReader(mine, rng=random.Random(2)), 4)
+        return len({r.origin for r in results}), slow
+
+    got, slow = asyncio.run(main())
+    assert got == 4  # the frames wanted, from four different nodes
+    assert slow.most_in_flight == 4 and slow.reads <= 16  # one wave asks for all four; the read budget holds
+    assert slow.waits == 1  # one round trip for the four frames, where one read at a time waited four times
