@@ -1,5 +1,5 @@
 """What `sapo bootstrap` says its embedded board's ports default to, in README's command table and in its
---help, is what it does (`_nats_ports`, and the port a started bootstrap names: tests/test_bootstrap_ports.py)."""
+--help, is what it does (`board_host.nats_ports`, and the port a started bootstrap names: tests/test_bootstrap_ports.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from engine.cli import bootstrap as bootstrap_cli
+from engine.swarm import board_host
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -20,7 +21,7 @@ def _help() -> str:
 
 
 def test_the_board_ports_defaults_are_said_where_the_commands_are_listed() -> None:
-    assert bootstrap_cli._nats_ports(7700, None, None) == (7701, 7702)
+    assert board_host.nats_ports(7700, None, None) == (7701, 7702)
     text = _help()
     assert re.search(r"--nats-port N the embedded nats-server's port \(default: --port \+ 1\b", text), text
     assert re.search(r"--nats-ws-port N .*?\(default: --port \+ 2\b", text), text

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 from test_swarm_nodes import wait_http
 
-from engine.cli.bootstrap import _nats_ports
 from engine.control.launcher import stop_process
+from engine.swarm.board_host import nats_ports
 
 
 def _free_block(width: int = 3) -> int:
@@ -47,12 +47,12 @@ def _start(port: int, *extra: str) -> subprocess.Popen[str]:
 
 
 def test_default_nats_ports_follow_the_bootstraps_port() -> None:
-    assert _nats_ports(7700, None, None) == (7701, 7702)
-    assert _nats_ports(9000, None, None) == (9001, 9002)
-    assert _nats_ports(0, None, None) == (0, 0)  # any free, like --port 0
-    assert _nats_ports(9000, 4222, -1) == (4222, None)  # given ports win; -1 = no websocket
+    assert nats_ports(7700, None, None) == (7701, 7702)
+    assert nats_ports(9000, None, None) == (9001, 9002)
+    assert nats_ports(0, None, None) == (0, 0)  # any free, like --port 0
+    assert nats_ports(9000, 4222, -1) == (4222, None)  # given ports win; -1 = no websocket
     with pytest.raises(ValueError, match="--nats-port"):
-        _nats_ports(65535, None, None)
+        nats_ports(65535, None, None)
 
 
 @pytest.mark.timeout(120)

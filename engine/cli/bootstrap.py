@@ -11,8 +11,6 @@ from engine.swarm.nats_server import PortInUseError, port_in_use
 
 # what to change when one of the embedded server's ports is taken
 _NATS_PORT_FLAGS = {"client": "--nats-port", "websocket": "--nats-ws-port"}
-BOARD_STORE = "board"  # the embedded board's JetStream directory in --data-dir
-BOARD_FILE_STORE_BYTES = 1 << 30  # its disk at most (the stream itself is capped lower, by the quota)
 
 
 def register(sub: Any) -> None:
@@ -156,6 +154,7 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
     import asyncio
     import signal
 
+    from engine.swarm import board_host
     from engine.swarm.board_warden import BANS_FILE, Warden, WardenConfig, run_warden
     from engine.swarm.bootstrap import BootstrapServer
     from engine.swarm.nats_auth import user_nkey_of
@@ -181,15 +180,15 @@ async def _serve(args: argparse.Namespace, config: Any, identity: Any, authority
     watchdogs = []
     if authority is not None:
         urls = [nats.url] if nats is not None else list(args.nats)
-        storage = _board_storage(nats)
-        await _create_board(urls, authority, args.board_replicas, board_tls, storage=storage)
+        storage = board_host.board_storage(nats)
+        await board_host.create_board(urls, authority, args.board_replicas, board_tls, storage=storage)
         if nats is None:
-            await _refuse_open_cluster(urls)
+            await board_host.refuse_open_cluster(urls)
         # a restarted server (ours or the operator's) lost the memory stream
         watchdogs.append(keep_board_stream(urls, authority, _log, replicas=args.board_replicas, tls=board_tls,
                                            storage=storage))
     if nats is not None:
-        watchdogs.append(_supervise_nats(nats))
+        watchdogs.append(board_host.supervise_server(nats))
         if authority is not None and warden is not None:
             watchdogs.append(run_warden(warden, nats.monitor_url, [nats.url], authority, _log, board_tls))
     tasks = [asyncio.ensure_future(w) for w in watchdogs]
@@ -213,107 +212,34 @@ def _check_tls(cert: Path | None, key: Path | None) -> Any:
     return own_server_context(cert)
 
 
-def _nats_ports(port: int, nats_port: int | None, ws_port: int | None) -> tuple[int, int | None]:
-    """The embedded server's client and websocket ports: given, or next to --port so that bootstraps on
-    different --port values on one host do not collide (with --port 0: free ones). None: no websocket."""
-    if nats_port is None:
-        nats_port = port + 1 if port else 0
-    if ws_port is None:
-        ws_port = port + 2 if port else 0
-    for flag, value in (("--nats-port", nats_port), ("--nats-ws-port", ws_port)):
-        if value > 65535 or value < (-1 if flag == "--nats-ws-port" else 0):
-            raise ValueError(f"{flag} {value} is not a port number: choose one with {flag} (0 = any free)")
-    return nats_port, None if ws_port < 0 else ws_port
-
-
 def _embedded_board(args: argparse.Namespace, own_tls: bool) -> tuple[Any, Any, list[str]]:
     """Start the embedded nats-server with this bootstrap's keys -> (server, authority, the URLs nodes are
     told). A taken port is a ValueError naming the port and the flag that moves it."""
     import sys
 
+    from engine.swarm import board_host
     from engine.swarm.nats_auth import Authority
 
     authority = Authority.load_or_create(args.data_dir) if args.data_dir else Authority.generate()
-    nats_port, ws_port = _nats_ports(args.port, args.nats_port, args.nats_ws_port)
+    nats_port, ws_port = board_host.nats_ports(args.port, args.nats_port, args.nats_ws_port)
     # with a data dir the board's frames are kept there: a restart loses neither credentials nor frames
-    store = Path(args.data_dir) / BOARD_STORE if args.data_dir else None
+    store = Path(args.data_dir) / board_host.BOARD_STORE if args.data_dir else None
     try:
-        nats = _start_nats(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key,
+        nats = board_host.start_embedded_server(args.host, nats_port, authority.server_config(), ws_port, args.tls_cert, args.tls_key,
                            store, args.nats_leaf_port)
     except PortInUseError as exc:
         raise ValueError(f"the embedded nats-server's port {exc.port} on {exc.host} is already in use (another "
                          f"bootstrap or nats-server on this host?): choose another with "
                          f"{_NATS_PORT_FLAGS.get(exc.name, '--nats-port')} (0 = any free), or another --port"
                          ) from exc
-    advertised = [_advertised(args.host, nats.ports["client"], "tls" if own_tls else "nats")]
+    advertised = [board_host.advertised_url(args.host, nats.ports["client"], "tls" if own_tls else "nats")]
     if "websocket" in nats.ports:
-        advertised.append(_advertised(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
+        advertised.append(board_host.advertised_url(args.host, nats.ports["websocket"], "wss" if own_tls else "ws"))
     print(f"[info] board: embedded nats-server {nats.url} (JetStream; each node may write only its own key)",
           file=sys.stderr, flush=True)
     if "leafnode" in nats.ports:
         print(f"[info] board: community hubs connect to leaf port {nats.ports['leafnode']}", file=sys.stderr, flush=True)
     return nats, authority, advertised
-
-
-def _start_nats(host: str, port: int, auth_config: str, ws_port: int | None, tls_cert: Path | None = None,
-                tls_key: Path | None = None, store_dir: Path | None = None, leaf_port: int | None = None) -> Any:
-    """`store_dir`: where the board's stream is kept on disk (None: in memory, gone with the server);
-    `leaf_port`: a leaf-node listener for community hubs (None: none)."""
-    from engine.swarm.nats_server import NatsServer, NatsServerConfig
-
-    return NatsServer(NatsServerConfig(host=host, port=port, websocket_port=ws_port, monitor_port=0,
-                                       auth_config=auth_config, tls_cert_file=tls_cert, tls_key_file=tls_key,
-                                       store_dir=store_dir, max_file_store_bytes=BOARD_FILE_STORE_BYTES
-                                       if store_dir is not None else 0, leafnode_port=leaf_port)).start()
-
-
-def _board_storage(nats: Any) -> str:
-    """Where the board's stream lives: on disk when the embedded server has a store in the data dir."""
-    return "file" if nats is not None and nats.cfg.max_file_store_bytes > 0 else "memory"
-
-
-async def _create_board(urls: list[str], authority: Any, replicas: int, tls: Any = None,
-                        patience_s: float = 30.0, storage: str = "memory") -> None:
-    """Make the board's stream; a cluster still electing its JetStream leader gets `patience_s`."""
-    import asyncio
-    import time
-
-    from engine.swarm.errors import ConnectError
-    from engine.swarm.nats_board import create_board_stream
-
-    deadline = time.monotonic() + patience_s
-    while True:
-        try:
-            await create_board_stream(urls, authority, replicas=replicas, tls=tls, storage=storage)
-            return
-        except Exception as exc:  # nats-py raises unrelated types; the last one is reported
-            why = getattr(exc, "why", "") or str(exc) or type(exc).__name__
-            if "Authorization" in why:  # another operator's cluster, or an open one: waiting cannot help
-                raise ConnectError(", ".join(urls), why, "the cluster does not know this bootstrap's keys: "
-                                   "write them with `sapo bootstrap --data-dir DIR --nats-auth-out FILE` and "
-                                   "include FILE in every server's config (or pass --nats-open)") from exc
-            if time.monotonic() >= deadline:
-                raise ConnectError(", ".join(urls), why, "is the cluster up, with JetStream, and are there "
-                                   f"at least {replicas} servers for --board-replicas?") from exc
-            await asyncio.sleep(1.0)
-
-
-async def _refuse_open_cluster(urls: list[str]) -> None:
-    """Credentials mean nothing on a cluster that also lets anyone in: say so instead of pretending."""
-    import nats
-
-    from engine.swarm.errors import ConnectError
-    from engine.swarm.nats_board import quiet_errors
-
-    try:
-        anonymous = await nats.connect(servers=urls, connect_timeout=3.0, allow_reconnect=False,
-                                       max_reconnect_attempts=1, error_cb=quiet_errors)
-    except Exception:  # noqa: BLE001 -- refused, as it should be
-        return
-    await anonymous.close()
-    raise ConnectError(", ".join(urls), "the cluster accepts clients without credentials",
-                       "any client could overwrite any node's slot: include the file from `sapo bootstrap "
-                       "--data-dir DIR --nats-auth-out FILE` in every server's config, or pass --nats-open")
 
 
 def _write_nats_auth(args: argparse.Namespace) -> int:
@@ -337,24 +263,3 @@ def _write_nats_auth(args: argparse.Namespace) -> int:
           f"sapo bootstrap --data-dir {args.data_dir} --nats nats://SERVER:4222 ... --board-replicas 3",
           file=sys.stderr)
     return 0
-
-
-def _advertised(host: str, port: int, scheme: str = "nats") -> str:
-    """What nodes are told: 0.0.0.0 means "the host you reached this bootstrap at"."""
-    return f"{scheme}://{host if host not in ('', '::') else '0.0.0.0'}:{port}"
-
-
-async def _supervise_nats(nats: Any, every_s: float = 2.0) -> None:
-    """Restart the embedded nats-server on the same ports if it dies (nodes reconnect by themselves)."""
-    import asyncio
-    import sys
-
-    while True:
-        await asyncio.sleep(every_s)
-        if nats.proc is None or nats.proc.poll() is not None:
-            print(f"[warning] board: nats-server exited ({nats.log_tail(300)!r}); restarting it", file=sys.stderr,
-                  flush=True)
-            try:
-                nats.start()  # on the loop's (main) thread: the server's death signal follows this thread
-            except Exception as exc:  # noqa: BLE001 -- keep trying: the rendezvous itself stays up
-                print(f"[error] board: nats-server did not restart: {exc}", file=sys.stderr, flush=True)
