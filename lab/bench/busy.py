@@ -7,14 +7,15 @@ quietly and then runs cases: SmolLM2-135M `cpu-real` rounds through the node's r
 and update apart; every completion trained, so every case does the same work) and the held-out judge,
 quiet and beside 1 and 2 CPU-bound competitors (an integer/float loop the bench starts and stops).
 
-Ratios, within one run, never absolute times:
-  ratio_to_fair_share  measured / fair-share time: the quiet time of the same setting scaled by the
-                       cores the engine would get if every runnable thread had an equal share
-                       (t threads beside c competitors on P cores: t * min(1, P / (t + c)) cores).
-                       At idle priority the engine deliberately takes less once the owner's work
-                       wants every core: then it waits, and the case hits the time cap (censored:
-                       "at least").
-  owner_slowdown       a competitor's unit time beside the engine / its unit time alone, minus 1.
+The references are fixed thread counts on the quiet machine (settings "fixed-1" .. "fixed-P", idle
+priority, passive waits, quiet case only). Ratios, within one run, never absolute times:
+  ratio_to_free_capacity    measured / the time the best fixed count that fits the cores the owner
+                            leaves free takes on a quiet machine (P - c free beside c competitors; an
+                            owner that comes and goes leaves P cores part of the time and P - 1 the rest:
+                            the reference is the time at that mix of rates). With no core free the
+                            engine at idle priority waits, as it should: the case hits the time cap.
+  ratio_to_best_fixed_idle  quiet cases: measured / the fastest fixed count's quiet time.
+  owner_slowdown            a competitor's unit time beside the engine / its unit time alone, minus 1.
 Writes bench/busy.{json,md,png}.
 """
 
@@ -45,13 +46,15 @@ from lab.bench.busy_worker import PREFIX
 from lab.bench.real_learning import SPECIALTIES
 
 DESCRIPTION = "the engine beside the owner's CPU-bound work: rounds vs fair share, owner slowdown, old vs new settings"
-LONG = True  # ~17 minutes on 2 cores with the defaults (~6 more with "new-all")
-# threads: fixed count, or 0 = the node's choice from cpu_cores (0 = automatic, -1 = all physical cores)
+LONG = True  # ~17 minutes on 2 cores with the defaults
+# threads: fixed count, or 0 = the node's governor from cpu_cores (0 = automatic: every core that is free)
 SETTINGS: dict[str, dict[str, Any]] = {
-    "old": {"threads": 2, "cpu_cores": 0, "priority": "nice 15", "wait": "default"},
+    "old": {"threads": 2, "cpu_cores": 0, "priority": "nice 15", "wait": "default"},  # before issue 32
+    "reserve": {"threads": 0, "cpu_cores": -1, "priority": "idle", "wait": "passive"},  # one core kept back
     "new": {"threads": 0, "cpu_cores": 0, "priority": "idle", "wait": "passive"},
-    "new-all": {"threads": 0, "cpu_cores": -1, "priority": "idle", "wait": "passive"},
 }
+FIXED = "fixed-"  # "fixed-N": N threads, idle priority, passive waits, quiet only (the references)
+BURSTY = (3.0, 3.0)  # the owner that comes and goes: seconds working, seconds away
 WAIT_ENV = {"default": None, "passive": "PASSIVE", "active": "ACTIVE"}
 SETTLE_S = 1.0  # competitors start before a case begins, so the node's first look sees them
 
@@ -68,16 +71,26 @@ def _physical() -> int:
     return machine_load.ThreadPacer().physical
 
 
+def setting_spec(name: str) -> dict[str, Any]:
+    """A named setting, or "fixed-N" (N threads at the new setting's priority and waits)."""
+    if name.startswith(FIXED) and name[len(FIXED):].isdigit() and int(name[len(FIXED):]) > 0:
+        return {**SETTINGS["new"], "threads": int(name[len(FIXED):])}
+    if name not in SETTINGS:
+        raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTINGS)} and fixed-N")
+    return SETTINGS[name]
+
+
 class Competitors:
     """c CPU-bound owner processes, each logging its units' times to a file."""
 
-    def __init__(self, count: int, steps: int, work: Path) -> None:
+    def __init__(self, count: int, steps: int, work: Path, duty: tuple[float, float] | None = None) -> None:
         self.logs = [work / f"compete-{time.monotonic_ns()}-{i}.jsonl" for i in range(count)]
         self.procs = []
+        comes_and_goes = [str(s) for s in duty] if duty else []
         for log in self.logs:
             with log.open("w") as out:
                 self.procs.append(subprocess.Popen([sys.executable, "-m", "lab.bench.busy_worker", "compete",
-                                                    str(steps)], cwd=REPO_ROOT, stdout=out))
+                                                    str(steps), *comes_and_goes], cwd=REPO_ROOT, stdout=out))
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -100,6 +113,11 @@ class Competitors:
         return out
 
 
+def _cpu_cores(spec: dict[str, Any]) -> int:
+    """The setting's cpu_cores as the engine gets it (-1: all physical cores but one, the old automatic)."""
+    return max(1, _physical() - 1) if spec["cpu_cores"] < 0 else spec["cpu_cores"]
+
+
 def owner_baseline(count: int, steps: int, seconds: float, work: Path) -> float:
     """A competitor's median unit time with `count` of them and no engine."""
     comp = Competitors(count, steps, work)
@@ -117,13 +135,13 @@ class Engine:
     """One engine worker process at one setting, driven case by case."""
 
     def __init__(self, name: str, args: dict[str, Any], work: Path, ready_timeout_s: float) -> None:
-        spec = SETTINGS[name]
+        spec = setting_spec(name)
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         env.pop(machine_load.WAIT_POLICY_ENV, None)  # "default": libgomp's own spin-then-sleep
         wait = WAIT_ENV[spec["wait"]]
         if wait is not None:
             env[machine_load.WAIT_POLICY_ENV] = wait
-        cpu_cores = _physical() if spec["cpu_cores"] < 0 else spec["cpu_cores"]
+        cpu_cores = _cpu_cores(spec)
         args = {**args, "threads": spec["threads"], "cpu_cores": cpu_cores, "priority": spec["priority"]}
         path = work / f"engine-{name}.json"
         path.write_text(json.dumps(args))
@@ -169,11 +187,13 @@ class Engine:
                 self.proc.kill()
 
 
-def run_case(engine: Engine, competitors: int, opts: dict[str, Any], work: Path) -> dict[str, Any]:
-    """One case: competitors up, the engine's rounds and judge until done or the cap, competitors down."""
+def run_case(engine: Engine, competitors: int, opts: dict[str, Any], work: Path,
+             duty: tuple[float, float] | None = None) -> dict[str, Any]:
+    """One case: competitors up (steady, or coming and going by `duty`), the engine's rounds and judge
+    until done or the cap, competitors down."""
     abort = work / "abort"
     abort.unlink(missing_ok=True)
-    comp = Competitors(competitors, opts["unit_steps"], work)
+    comp = Competitors(competitors, opts["unit_steps"], work, duty)
     time.sleep(SETTLE_S if competitors else 0.0)
     go = time.time()
     engine.send({"cmd": "case", "rounds": opts["rounds"], "judge": True, "eval_k": opts["eval_k"],
@@ -197,8 +217,8 @@ def run_case(engine: Engine, competitors: int, opts: dict[str, Any], work: Path)
             events.append(event)
     finally:
         comp.stop()  # also when the engine failed: no competitor outlives the bench
-    return {"competitors": competitors, "go": go, "end": end, "capped_at": capped_at, "events": events,
-            "owner_units": comp.units(go, end)}
+    return {"competitors": competitors, "bursty": list(duty) if duty else None, "go": go, "end": end,
+            "capped_at": capped_at, "events": events, "owner_units": comp.units(go, end)}
 
 
 def doctor_estimates(model: str, names: list[str]) -> dict[str, Any]:
@@ -206,9 +226,8 @@ def doctor_estimates(model: str, names: list[str]) -> dict[str, Any]:
     spec, hw = catalog.get(resolve_model_id(model)), probe()
     out = {}
     for name in names:
-        spec_settings = SETTINGS[name]
-        cores = spec_settings["threads"] or (_physical() if spec_settings["cpu_cores"] < 0
-                                             else spec_settings["cpu_cores"])
+        spec_settings = setting_spec(name)
+        cores = spec_settings["threads"] or _cpu_cores(spec_settings)
         rep = doctor.report(hw, can_fetch=False, models=[spec], cpu_cores=cores)
         out[name] = {"round_seconds": rep["lent"]["round_seconds"], "threads": rep["lent"]["threads"],
                      "assumes": rep["lent"]["assumes"]}
@@ -220,23 +239,34 @@ def _progress(started: float, message: str) -> None:
     print(f"[{(time.time() - started) / 60:5.1f} min] {message}", file=sys.stderr, flush=True)
 
 
+def _cases(name: str, counts: list[int],
+           bursty: tuple[float, float] | None) -> list[tuple[int, tuple[float, float] | None]]:
+    """A setting's cases in order (quiet first: the reference); a fixed count runs only quiet."""
+    if name.startswith(FIXED):
+        return [(0, None)]
+    return [(c, None) for c in counts] + ([(1, bursty)] if bursty else [])
+
+
 def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[str] | None = None,
-        competitors: list[int] | None = None, rounds: int = 3, judge_per_specialty: int = 8, eval_k: int = 4,
-        cap_s: float = 180.0, baseline_s: float = 15.0, unit_steps: int = 2_000_000, seed: int = 0,
+        competitors: list[int] | None = None, bursty: tuple[float, float] | None = BURSTY, rounds: int = 3, judge_per_specialty: int = 8,
+        eval_k: int = 4, cap_s: float = 180.0, baseline_s: float = 15.0, unit_steps: int = 2_000_000, seed: int = 0,
         ready_timeout_s: float = 900.0, quiet_cap_s: float = 900.0) -> dict[str, Any]:
-    """Each setting's cases run in the order of `competitors` (0 first: the quiet reference). A case
-    beside competitors ends at `cap_s` (censored), a quiet one at `quiet_cap_s`."""
-    names = list(settings or ["old", "new"])
-    counts = sorted(set(competitors if competitors is not None else [0, 1, 2]))
+    """Each setting's cases run quiet first, then beside each count of `competitors`, then beside one
+    that comes and goes (`bursty`: seconds working, seconds away; None: no such case). A case beside competitors ends at `cap_s` (censored), a quiet one at
+    `quiet_cap_s`. Default settings: "new" and every fixed count up to the physical cores."""
+    names = list(settings or ["new"] + [f"{FIXED}{t}" for t in range(1, _physical() + 1)])
+    bursty = (float(bursty[0]), float(bursty[1])) if bursty else None
+    counts = sorted(set(competitors if competitors is not None else [0, 1, 2]) | {0})
     for name in names:
-        if name not in SETTINGS:
-            raise ValueError(f"unknown setting {name!r}; known: {sorted(SETTINGS)}")
+        setting_spec(name)
     opts = {"rounds": rounds, "eval_k": eval_k, "cap_s": cap_s, "quiet_cap_s": quiet_cap_s, "unit_steps": unit_steps}
     started = time.time()
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         baseline = {c: owner_baseline(c, unit_steps, baseline_s, work) for c in counts if c}
+        if bursty and 1 not in baseline:
+            baseline[1] = owner_baseline(1, unit_steps, baseline_s, work)
         args = {"model": model, "data_dir": str(work / "data"), "specialties": SPECIALTIES,
                 "judge_per_specialty": judge_per_specialty, "seed": seed}
         raw: dict[str, Any] = {}
@@ -245,11 +275,13 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[s
             engine = Engine(name, args, work, ready_timeout_s)
             try:
                 cases = []
-                for count in counts:
-                    _progress(started, f"{name}: beside {count} competitor(s), {rounds} rounds and the judge")
-                    cases.append(run_case(engine, count, opts, work))
+                for count, duty in _cases(name, counts, bursty):
+                    what = f"beside {count} competitor(s)" + (f" coming and going {duty[0]:g} s / {duty[1]:g} s"
+                                                              if duty else "")
+                    _progress(started, f"{name}: {what}, {rounds} rounds and the judge")
+                    cases.append(run_case(engine, count, opts, work, duty))
                     case = cases[-1]
-                    _progress(started, f"{name}: beside {count}: {case['end'] - case['go']:.0f} s"
+                    _progress(started, f"{name}: {what}: {case['end'] - case['go']:.0f} s"
                               + (" (capped)" if case["capped_at"] else ""))
                 raw[name] = {"ready": engine.ready, "cases": cases}
             finally:
@@ -257,7 +289,7 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[s
     meta = {"model": model, "cores": _cores(), "physical_cores": _physical(), "rounds": rounds,
             "judge_questions": judge_per_specialty * len(SPECIALTIES), "eval_k": eval_k, "cap_s": cap_s,
             "unit_steps": unit_steps, "owner_unit_s_alone": {str(c): s for c, s in baseline.items()},
-            "settings": {n: SETTINGS[n] for n in names}, "load_average_at_start": load_start,
+            "settings": {n: setting_spec(n) for n in names}, "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg()[0], "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
             "wall_minutes": (time.time() - started) / 60, "doctor": doctor_estimates(model, names)}
     return save_results(out_dir, "busy", summarize(raw, meta), table, plot)
