@@ -193,11 +193,10 @@ def fast_paths() -> dict[str, Any]:
     from engine.machine.hardware import torch_cpu_bf16
 
     try:
-        from importlib.metadata import version
-
+        from engine.models.llama_lib import build_label, load
         from engine.models.llamacpp import native_bf16
 
-        llamacpp: str | None = version("llama-cpp-python")
+        llamacpp: str | None = build_label(load())
         llamacpp_bf16 = native_bf16()
     except (ImportError, OSError, RuntimeError):  # not installed, or its library does not load here: "none"
         llamacpp, llamacpp_bf16 = None, False

@@ -18,6 +18,7 @@ import pytest
 
 from engine.machine import load as machine_load
 from engine.machine.load import LoadProbe, PauseTimer, ThreadPacer, choose_threads, lent_cores
+from engine.models import llama_lib
 
 ROOT = Path(__file__).resolve().parent.parent
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux scheduling calls")
@@ -163,9 +164,10 @@ GOMP = """
 import sys
 from engine.machine import load as machine_load
 early = machine_load.set_passive_wait() if sys.argv[1] == "early" else None
-import llama_cpp, torch
+import torch
+from engine.models import llama_lib
+llama_lib.load()
 late = machine_load.set_passive_wait() if sys.argv[1] == "late" else None
-llama_cpp.llama_backend_init()
 torch.ones(64, 64) @ torch.ones(64, 64)
 print(early, late)
 """
@@ -175,7 +177,10 @@ print(early, late)
 @pytest.mark.parametrize(("when", "spins", "in_time"), [("early", "0", "True None"), ("late", "300000", "None False")])
 def test_the_wait_policy_reaches_torchs_and_llamacpps_openmp_only_before_they_load(
         when: str, spins: str, in_time: str) -> None:
-    pytest.importorskip("llama_cpp")
+    try:
+        llama_lib.library_path()
+    except llama_lib.LlamaLibError:
+        pytest.skip("no llama.cpp build installed")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     out = subprocess.run([sys.executable, "-c", GOMP, when], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          check=True, env={**env, "OMP_DISPLAY_ENV": "VERBOSE"})

@@ -299,7 +299,7 @@ def fast_paths_text(fast: Any) -> str:
         return "unknown"
     version = fast.get("llamacpp")
     if isinstance(version, str) and version:
-        gen = f"llama.cpp {version[:20]}" + (" with bf16 weights" if fast.get("llamacpp_bf16") is True else "")
+        gen = f"llama.cpp from {version[:40]}" + (" with bf16 weights" if fast.get("llamacpp_bf16") is True else "")
     else:
         gen = "llama.cpp not installed"
     upd = "bf16 LoRA updates" if fast.get("torch_cpu_bf16") is True else "fp32 updates"

@@ -90,8 +90,8 @@ def print_table(rep: dict[str, Any]) -> None:
                       f"{c['round_seconds_lent']:.0f}", c.get("availability") or ("yes" if c["available"] else "-"))
     console.print(table)
     fast = rep.get("fast_paths") or {}
-    gen = (f"llama.cpp {fast['llamacpp']}" + (" (bf16 weights)" if fast.get("llamacpp_bf16") else "")
-           if fast.get("llamacpp") else "llama.cpp not installed (pip install llama-cpp-python)")
+    gen = (f"llama.cpp from {fast['llamacpp']}" + (" (bf16 weights)" if fast.get("llamacpp_bf16") else "")
+           if fast.get("llamacpp") else "llama.cpp not installed (pip install xllamacpp)")
     upd = "bf16 autocast for LoRA updates" if fast.get("torch_cpu_bf16") else "fp32 updates (no native bf16)"
     console.print(f"Fast paths on this machine: {gen} · CPU: {upd}")
     pick = rep["pick"]

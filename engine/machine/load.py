@@ -70,7 +70,7 @@ def set_passive_wait() -> bool:
     """Ask this process's OpenMP runtimes to wait passively -> whether it can still take effect (False
     when torch or llama.cpp is already loaded: their runtime read the variable at load)."""
     os.environ.setdefault(WAIT_POLICY_ENV, "PASSIVE")
-    return not any(name in sys.modules for name in ("torch", "llama_cpp"))
+    return not any(name in sys.modules for name in ("torch", "llama_cpp", "engine.models.llama_lib"))
 
 
 # ---- priority -----------------------------------------------------------------------------------------

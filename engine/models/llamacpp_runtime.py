@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ import numpy as np
 
 from engine.machine.governor import safe_point
 from engine.models.generate import SampleConfig
+from engine.models.llama_lib import load as load_library
 from engine.models.sampling_np import sample_rows
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: rows (prompts x n) in one call
@@ -29,30 +29,25 @@ CELL_PAD = 256  # llama.cpp pads each KV stream to a multiple of 256 cells anywa
 
 
 def _lib() -> Any:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise RuntimeError("the llama.cpp backend needs llama-cpp-python: `pip install llama-cpp-python==0.3.36` "
-                           "(compiles llama.cpp; a few minutes)") from exc
-    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)  # its C log goes through this logger
+    lib = load_library()  # raises LlamaLibError (a RuntimeError) naming what to install
     load_cpu_backends()
-    return llama_cpp
+    return lib
 
 
 @functools.cache
 def load_cpu_backends() -> int:
-    """Backends llama.cpp can use -> how many. A portable build (the desktop bundle's: GGML_BACKEND_DL
-    with GGML_CPU_ALL_VARIANTS) registers none by itself: ggml then loads, from llama_cpp/lib, the
-    libggml-cpu-<variant>.so that best fits this CPU (AVX512/bf16 where present, plain x86-64 at
-    worst). A default build has its CPU backend linked in, and this does nothing."""
-    import llama_cpp
-    from llama_cpp import _ggml
-
-    lib_dir = Path(llama_cpp.__file__).resolve().parent / "lib"
-    # The ggml that libllama itself links to (by soname): llama_cpp's own handle may be a second copy
-    # of it (wheels and bundles hold libggml.so and libggml.so.0 as two files), with its own registry.
-    linked = sorted(lib_dir.glob("libggml.so.[0-9]*"), key=lambda p: len(p.name))
-    ggml = ctypes.CDLL(str(linked[0])) if linked else _ggml.libggml
+    """Backends llama.cpp can use -> how many. A portable llama-cpp-python build (the desktop bundle's:
+    GGML_BACKEND_DL with GGML_CPU_ALL_VARIANTS) registers none by itself: ggml then loads, from the
+    library's folder, the libggml-cpu-<variant>.so that best fits this CPU (AVX512/bf16 where present,
+    plain x86-64 at worst). A default build, and xllamacpp's, has its CPU backend linked in: nothing to do."""
+    lib = load_library()
+    lib_dir = lib.path.resolve().parent
+    # The ggml that libllama itself links to (by soname): wheels and bundles hold libggml.so and
+    # libggml.so.0 as two files, and each copy would keep its own backend registry.
+    linked = sorted(lib_dir.glob("libggml.so.[0-9]*"), key=lambda p: len(p.name)) or sorted(lib_dir.glob("libggml.*"))
+    if lib.build == "xllamacpp" or not linked:
+        return 1
+    ggml = ctypes.CDLL(str(linked[0]))
     ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     ggml.ggml_backend_reg_count.argtypes = []
     if ggml.ggml_backend_reg_count() == 0:

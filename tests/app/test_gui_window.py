@@ -201,8 +201,8 @@ def test_fast_paths_text_survives_a_malformed_report() -> None:
 
     assert fast_paths_text(None) == fast_paths_text([1]) == "unknown"
     assert fast_paths_text({"llamacpp": 3, "torch_cpu_bf16": "yes"}) == "llama.cpp not installed · fp32 updates"
-    assert fast_paths_text({"llamacpp": "0.3.36", "llamacpp_bf16": True, "torch_cpu_bf16": True}) == \
-        "llama.cpp 0.3.36 with bf16 weights · bf16 LoRA updates"
+    assert fast_paths_text({"llamacpp": "xllamacpp 2026.10.11549", "llamacpp_bf16": True, "torch_cpu_bf16": True}) == \
+        "llama.cpp from xllamacpp 2026.10.11549 with bf16 weights · bf16 LoRA updates"
 
 
 def test_wrong_token_is_shown_and_nothing_is_allowed(qtbot: QtBot, engine: EngineThread) -> None:
