@@ -115,6 +115,22 @@ class LlamaBatch(ctypes.Structure):
                 ("logits", ctypes.POINTER(ctypes.c_int8))]
 
 
+BUILD_PACKAGES = (("llama-cpp-python", "llama_cpp", "lib/libllama.*"), ("xllamacpp", "xllamacpp", "xllamacpp*.so"))
+
+
+def installed_builds() -> dict[str, Path]:
+    """Each installed llama.cpp build's library, fastest first (llama-cpp-python's own compile, then
+    xllamacpp's prebuilt one)."""
+    found: dict[str, Path] = {}
+    for build, package, pattern in BUILD_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec and spec.origin:
+            libs = sorted(Path(spec.origin).parent.glob(pattern), key=lambda p: len(p.name))
+            if libs:
+                found[build] = libs[0]
+    return found
+
+
 def library_path() -> Path:
     """The llama.cpp library to load: `SAPO_LLAMA_LIB`, llama-cpp-python's build, or xllamacpp's."""
     if os.environ.get(LIB_ENV):
@@ -122,12 +138,9 @@ def library_path() -> Path:
         if not path.is_file():
             raise LlamaLibError(f"{LIB_ENV}={path} is not a file")
         return path
-    for package, pattern in (("llama_cpp", "lib/libllama.*"), ("xllamacpp", "xllamacpp*.so")):
-        spec = importlib.util.find_spec(package)
-        if spec and spec.origin:
-            found = sorted(Path(spec.origin).parent.glob(pattern), key=lambda p: len(p.name))
-            if found:
-                return found[0]
+    builds = installed_builds()
+    if builds:
+        return next(iter(builds.values()))
     raise LlamaLibError("the llama.cpp backend needs llama.cpp: `pip install xllamacpp==2026.10.11549` "
                         "(prebuilt), or llama-cpp-python==0.3.36 (compiled on install, a few minutes)")
 

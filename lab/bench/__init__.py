@@ -29,6 +29,7 @@ BENCHES: dict[str, str] = {
     "poisoning": "lab.bench.poisoning",
     "swarm-learning": "lab.bench.swarm_learning",
     "busy": "lab.bench.busy",
+    "install": "lab.bench.install",
     "walkthrough": "lab.bench.walkthrough",
 }
 

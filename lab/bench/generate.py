@@ -277,3 +277,30 @@ def table(result: dict[str, Any]) -> str:
                       f"pass@1 {le['before']['pass1']:.3f} -> {le['after']['pass1']:.3f}, pass@{le['before']['k']} "
                       f"{le['before']['passk']:.3f} -> {le['after']['passk']:.3f} ({le['before']['questions']} questions)")]
     return "\n".join(lines)
+
+
+def decode_rate(name: str = "smollm2-135m", threads: int = 1, weights: str = "auto", repeats: int = 3) -> dict[str, Any]:
+    """The node's llama.cpp generator alone (whichever llama.cpp build loads): tokens/s of a round of
+    8 prompts x 8 completions, median over `repeats`, and its log-probs against torch's."""
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded = _load(name, Path(tmp), threads, weights)
+        tokens = DEFAULT_TOKENS.get(name, 64)
+        cfg = SampleConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens)
+        gen = loaded.generator
+        gen.sync(loaded.model, 0)
+        gen.generate(loaded.model, loaded.tokenizer, _prompts(loaded, "paper", 99)[:2], 2, cfg, seed=1)  # warm-up
+        runs = []
+        for r in range(repeats):
+            prompts = _prompts(loaded, "paper", r)
+            start, cpu = time.perf_counter(), time.process_time()
+            groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+            count = sum(len(c.token_ids) for g in groups for c in g)
+            runs.append({"tokens": count, "tokens_per_s": count / seconds, "tokens_per_cpu_s": count / cpu_seconds})
+        result = {"weights": _weights(loaded), "max_new_tokens": tokens, "threads": threads,
+                  "tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
+                  "tokens_per_cpu_s": statistics.median(x["tokens_per_cpu_s"] for x in runs),
+                  "logprob_agreement": _agreement(loaded, prompts, groups), "runs": runs}
+        gen.close()
+        return result

@@ -4,7 +4,6 @@ whose layout is unknown is refused before any struct is passed; every installed 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import subprocess
 import sys
@@ -58,15 +57,6 @@ def test_a_missing_library_path_is_a_clear_error(tmp_path: Path, monkeypatch: py
         llama_lib.library_path()
 
 
-def installed_builds() -> list[Path]:
-    builds = []
-    for package, pattern in (("llama_cpp", "lib/libllama.*"), ("xllamacpp", "xllamacpp*.so")):
-        spec = importlib.util.find_spec(package)
-        if spec and spec.origin:
-            builds += sorted(Path(spec.origin).parent.glob(pattern), key=lambda p: len(p.name))[:1]
-    return builds
-
-
 PROBE = """
 from engine.models import llama_lib
 lib = llama_lib.load()
@@ -80,7 +70,7 @@ print(lib.build, lib.layout.size)
 """
 
 
-@pytest.mark.parametrize("path", installed_builds(), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", llama_lib.installed_builds().values(), ids=lambda p: p.parent.name)
 def test_every_installed_build_loads_with_a_known_layout(path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", PROBE], check=False, capture_output=True, text=True, timeout=120,
                           env={**os.environ, llama_lib.LIB_ENV: str(path)})
