@@ -201,6 +201,8 @@ class LlamaLib:
             "llama_init_from_model": (_p, [_p, self.ContextParams]),
             "llama_free": (None, [_p]),
             "llama_set_n_threads": (None, [_p, _i32, _i32]),
+            "llama_n_threads": (_i32, [_p]),
+            "llama_n_threads_batch": (_i32, [_p]),
             "llama_decode": (_i32, [_p, LlamaBatch]),
             "llama_get_logits": (ctypes.POINTER(ctypes.c_float), [_p]),
             "llama_get_memory": (_p, [_p]),
