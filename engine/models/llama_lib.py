@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,9 +156,16 @@ _p, _i32, _u32 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_uint32
 LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 
+GGML_LOG_LEVEL_ERROR = 4
+LOG = logging.getLogger("llama.cpp")
+
+
 @LOG_CALLBACK
-def _drop_log(level: int, text: bytes, user: Any) -> None:
-    """llama.cpp's log, which would otherwise print every load to stderr."""
+def _log_errors(level: int, text: bytes, user: Any) -> None:
+    """llama.cpp's log, which would otherwise print every load to stderr: its errors (why a model or
+    adapter did not load) go to Python's log, the rest is dropped."""
+    if level == GGML_LOG_LEVEL_ERROR and text:
+        LOG.error("%s", text.decode(errors="replace").rstrip())
 
 
 class LlamaLib:
@@ -181,7 +189,7 @@ class LlamaLib:
             raise LlamaLibError(f"this llama.cpp build's llama_model_params is {len(model_defaults)} bytes, "
                                 f"not the {MODEL_PARAMS_BYTES} SAPO knows")
         self._bind()
-        self.lib.llama_log_set(_drop_log, None)
+        self.lib.llama_log_set(_log_errors, None)
 
     def _bind(self) -> None:
         f = self.lib
@@ -232,8 +240,9 @@ def build_label(lib: LlamaLib) -> str:
     """The build in use, as a contributor would install it: "xllamacpp 2026.10.11549" and the like."""
     from importlib.metadata import PackageNotFoundError, version
 
-    dist = {"xllamacpp": "xllamacpp", "llama-cpp-python": "llama-cpp-python"}.get(lib.build)
+    if lib.build == "custom":
+        return f"custom ({lib.path})"
     try:
-        return f"{dist} {version(dist)}" if dist else f"custom ({lib.path})"
+        return f"{lib.build} {version(lib.build)}"  # the build names are their distributions' names
     except PackageNotFoundError:
-        return f"{dist} (unknown version)"
+        return f"{lib.build} (unknown version)"

@@ -61,7 +61,6 @@ def load_cpu_backends() -> int:
 def native_bf16() -> bool:
     """Whether this llama.cpp build computes bf16 dot products in hardware (x86 AVX512-BF16)."""
     lib = _lib()
-    lib.llama_backend_init()
     return "AVX512_BF16 = 1" in lib.llama_print_system_info().decode(errors="replace")
 
 
@@ -87,8 +86,7 @@ class LlamaCppRuntime:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
         if kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
-        self.lib = _lib()
-        self.lib.llama_backend_init()
+        self.lib = _lib()  # loaded and initialised once per process
         self.threads, self.kv_type, self.gpu_layers = max(1, threads), kv_type, gpu_layers
         self.kv_layout = kv_layout
         self.layout_speed: dict[tuple[str, int], float] = {}  # (layout, rows) -> tokens/s measured

@@ -76,3 +76,12 @@ def test_every_installed_build_loads_with_a_known_layout(path: Path) -> None:
                           env={**os.environ, llama_lib.LIB_ENV: str(path)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == llama_lib.build_name(path)
+
+
+def test_llamacpps_own_errors_reach_the_python_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lib = llama_lib.load()
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))  # a header and nothing after it
+    with caplog.at_level("ERROR", logger="llama.cpp"):
+        assert not lib.llama_model_load_from_file(str(broken).encode(), lib.llama_model_default_params())
+    assert any(r.name == "llama.cpp" and r.levelname == "ERROR" for r in caplog.records), caplog.text
