@@ -90,6 +90,16 @@ def _agreement(loaded: Any, prompts: list[str], groups: list[Any]) -> dict[str, 
     return {"mean_abs": statistics.fmean(diffs), "max_abs": max(diffs), "tokens": float(len(diffs))}
 
 
+def timed_round(gen: Any, loaded: Any, prompts: list[str], cfg: Any, seed: int) -> tuple[list[Any], dict[str, Any]]:
+    """One round of 8 completions per prompt from `gen` -> (groups, its wall and CPU time and tokens)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=seed)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    tokens = sum(len(c.token_ids) for g in groups for c in g)
+    return groups, {"seconds": seconds, "cpu_seconds": cpu_seconds, "tokens": tokens,
+                    "tokens_per_s": tokens / seconds, "tokens_per_cpu_s": tokens / cpu_seconds}
+
+
 def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int, extra: dict[str, Any]) -> dict[str, Any]:
     """HF, the node's llama.cpp generator and any `extra` llama.cpp generators, on the same torch policy,
     prompts and seeds, one after the other per repeat."""
@@ -103,13 +113,8 @@ def _throughput(loaded: Any, mix: str, cfg: Any, repeats: int, extra: dict[str, 
     for r in range(repeats):
         prompts = _prompts(loaded, mix, r)
         for name, gen in gens.items():
-            start, cpu = time.perf_counter(), time.process_time()
-            groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
-            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-            tokens = sum(len(c.token_ids) for g in groups for c in g)
-            out[name].append({"seconds": seconds, "cpu_seconds": cpu_seconds, "tokens": tokens,
-                              "tokens_per_s": tokens / seconds, "tokens_per_cpu_s": tokens / cpu_seconds,
-                              "kv_layout": gen.runtime().last_layout if name != "hf" else ""})
+            groups, timed = timed_round(gen, loaded, prompts, cfg, r)
+            out[name].append(timed | {"kv_layout": gen.runtime().last_layout if name != "hf" else ""})
             if name != "hf" and name not in agreement:
                 agreement[name] = _agreement(loaded, prompts, groups)
     summary: dict[str, Any] = {
@@ -293,11 +298,8 @@ def decode_rate(name: str = "smollm2-135m", threads: int = 1, weights: str = "au
         runs = []
         for r in range(repeats):
             prompts = _prompts(loaded, "paper", r)
-            start, cpu = time.perf_counter(), time.process_time()
-            groups = gen.generate(loaded.model, loaded.tokenizer, prompts, 8, cfg, seed=r)
-            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
-            count = sum(len(c.token_ids) for g in groups for c in g)
-            runs.append({"tokens": count, "tokens_per_s": count / seconds, "tokens_per_cpu_s": count / cpu_seconds})
+            groups, timed = timed_round(gen, loaded, prompts, cfg, r)
+            runs.append(timed)
         result = {"weights": _weights(loaded), "max_new_tokens": tokens, "threads": threads,
                   "tokens_per_s": statistics.median(x["tokens_per_s"] for x in runs),
                   "tokens_per_cpu_s": statistics.median(x["tokens_per_cpu_s"] for x in runs),
