@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from engine.machine.hardware import GIB, CpuInfo, GpuInfo, HardwareProfile, mps_default_budget, probe
 from engine.machine.load import choose_threads, lent_cores
 from engine.models import catalog, fit
+from engine.round_probe import probe_like_a_node, save_probe, stored_probe
 
 DEFAULT_MAX_ROUND_SECONDS = 300.0  # "a few minutes" per paper-sized round suits a contributor
 # Speed each thread past the first adds, as a fraction of one core's, on these small models: a SmolLM2
@@ -125,9 +127,10 @@ def stored_rounds(store: Any) -> tuple[str, list[dict[str, Any]]] | None:
     return None if model is None else (model, store.rounds(model=model, limit=CALIBRATION_ROUNDS))
 
 
-def calibrate(rep: dict[str, Any], model: str, measured: dict[str, Any]) -> None:
+def calibrate(rep: dict[str, Any], model: str, measured: dict[str, Any], source: str = "measured") -> None:
     """Scale `rep`'s CPU-bound estimates by what this machine measured for `model` (a catalog id in
-    the report): every model's round is assumed off by the same factor as the one measured."""
+    the report): every model's round is assumed off by the same factor as the one measured. `source`:
+    "measured" (the node's own rounds) or "probed" (engine.round_probe's timed round)."""
     entry = next((c for c in rep["candidates"] if c["model"] == model and c["round_seconds"]), None)
     if entry is None or not entry["round_seconds_lent"]:
         return
@@ -139,19 +142,21 @@ def calibrate(rep: dict[str, Any], model: str, measured: dict[str, Any]) -> None
         if lent[key] is not None:
             lent[key] = round(lent[key] * factor, 1)
     rep["pick"]["round_seconds_lent"] = lent["round_seconds"]
-    lent["source"] = "measured"
+    lent["source"] = source
     lent["calibration"] = {"model": model, "factor": round(factor, 3), **measured}
 
 
 def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = None,
            can_fetch: bool | None = None, max_round_seconds: float = DEFAULT_MAX_ROUND_SECONDS,
            models: list[catalog.ModelSpec] | None = None, cpu_cores: int = 0,
-           busy_cores: float | None = None, measured: tuple[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+           busy_cores: float | None = None, measured: tuple[str, list[dict[str, Any]]] | None = None,
+           probe_dir: Path | None = None) -> dict[str, Any]:
     """`can_fetch` None: ask the hub (`hub_status`); True / False: assume it answers / is off.
     `cpu_cores`: the contributor's setting (0 = automatic); `busy_cores`: cores other work keeps busy
     now, if measured. "lent" is the round for those cores, "round_seconds" fit's for every core.
     `measured`: (model id, the store's rounds of it on this machine): enough of them calibrate the
-    estimates ("lent"'s `source` says "measured", else "estimated" from the catalog's rates)."""
+    estimates ("lent"'s `source` says "measured"); without them, a probe stored in `probe_dir` for the
+    pick and these threads does ("probed"); else "estimated" from the catalog's rates."""
     hw = hw or probe()
     hub = hub_status() if can_fetch is None else HUB_UP if can_fetch else HUB_OFF
     fetch = hub == HUB_UP
@@ -180,11 +185,27 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
         "fast_paths": fast_paths(),
     }
     lent["source"] = "estimated"
-    if measured is not None and hw.kind == "cpu":
-        calibration = measured_round(measured[1], shape)
-        if calibration is not None:
-            calibrate(rep, measured[0], calibration)
+    if hw.kind != "cpu":
+        return rep
+    calibration = measured_round(measured[1], shape) if measured is not None else None
+    probed = stored_probe(probe_dir, chosen.model, threads) if probe_dir is not None else None
+    if calibration is not None and measured is not None:
+        calibrate(rep, measured[0], calibration)
+    elif probed is not None:
+        calibrate(rep, chosen.model, probed, "probed")
     return rep
+
+
+def probe_pick(rep: dict[str, Any], data_dir: Path) -> dict[str, Any]:
+    """Time a round of `rep`'s pick at its lent threads and round shape (engine.round_probe) and
+    store it in `data_dir`, where the next report with `probe_dir=data_dir` reads it. ProbeError when
+    the probe cannot run here."""
+    shape = fit.RoundShape(**{k: rep["round"][k] for k in ("questions", "completions", "prompt_tokens",
+                                                             "max_new_tokens", "micro_batch")})
+    probe = probe_like_a_node(catalog.resolve_model_id(rep["pick"]["model"]), shape, rep["lent"]["threads"],
+                              data_dir)
+    save_probe(data_dir, probe)
+    return probe
 
 
 def fast_paths() -> dict[str, Any]:

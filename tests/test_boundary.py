@@ -100,6 +100,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(floor.split()) for floor in
     "cli",
     "node export",
     "swarm supervisor fleet doctor autostart",
+    "round_probe",
     "sapo",
     "control evaluation",
     "models",

@@ -141,9 +141,9 @@ def test_doctor_shows_the_last_crash(tmp_path: Path) -> None:
 
     write_crash(tmp_path, CrashRecord(ts=time.time(), exit_code=-9, reason=crash_reason(-9, ""), ran_s=3.0,
                                       restarts=1, gave_up=False, next_restart_s=4.0))
-    out = subprocess.run([sys.executable, "-m", "engine", "doctor", "--offline", "--data-dir", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "engine", "doctor", "--offline", "--no-probe", "--data-dir", str(tmp_path)],
                          check=True, capture_output=True, text=True, timeout=120)
     assert "Last crash:" in out.stdout and "SIGKILL" in out.stdout and "restarted after 4 s" in out.stdout
-    data = json.loads(subprocess.run([sys.executable, "-m", "engine", "doctor", "--json", "--offline", "--data-dir",
+    data = json.loads(subprocess.run([sys.executable, "-m", "engine", "doctor", "--json", "--offline", "--no-probe", "--data-dir",
                                       str(tmp_path)], check=True, capture_output=True, text=True, timeout=120).stdout)
     assert data["last_crash"]["exit_code"] == -9 and data["last_crash"]["restarts"] == 1

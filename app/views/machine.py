@@ -113,6 +113,8 @@ def round_estimate_text(lent: Any, every_core_s: Any) -> str | None:
         text += f" (~{now_s:,.0f} s beside what else runs now)"
     if _get(lent, "source") == "measured":
         text += ", from this machine's own rounds"
+    elif _get(lent, "source") == "probed":
+        text += ", from a short probe of this machine (no rounds measured here yet)"
     elif _get(lent, "source") == "estimated":
         text += ", estimated (no rounds measured here yet)"
     return text

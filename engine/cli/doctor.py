@@ -27,6 +27,11 @@ def register(sub: Any) -> None:
     p.add_argument("--cpu-cores", type=int, default=None, metavar="N",
                    help="cores lent to the engine for the round estimate (default: the data dir's setting; "
                         "0 = automatic: every core your own work leaves free)")
+    probe = p.add_mutually_exclusive_group()
+    probe.add_argument("--probe", action="store_true",
+                       help="time a round of the pick now (under a minute) even if a probe is stored")
+    probe.add_argument("--no-probe", action="store_true",
+                       help="never probe: before this machine has rounds, use the catalog's rates")
     p.set_defaults(func=run)
 
 
@@ -54,13 +59,46 @@ def run(args: argparse.Namespace) -> int:
     if hw is None and (data_dir / "node.db").exists():  # this machine's own rounds calibrate the estimate
         with Store(data_dir / "node.db") as store:
             kwargs["measured"] = doctor.stored_rounds(store)
+    if hw is None:  # this machine: a probe stored in its data dir calibrates the estimate
+        kwargs["probe_dir"] = data_dir
     rep = doctor.report(**kwargs)
+    if hw is None and wants_probe(rep, args) and probe_now(rep, data_dir):
+        rep = doctor.report(**kwargs | {"can_fetch": rep["can_fetch"]})  # the hub asked once
     rep["last_crash"] = read_last_crash(data_dir)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
         print_table(rep)
     return 0
+
+
+def wants_probe(rep: dict[str, Any], args: argparse.Namespace) -> bool:
+    """Probe when asked to, or when nothing better than the catalog's rates stands (no measured rounds,
+    no stored probe) and the pick is on this machine, on its CPU."""
+    if args.no_probe or rep["device"]["kind"] != "cpu":
+        return False
+    if args.probe:
+        return True
+    pick: dict[str, Any] = next((c for c in rep["candidates"] if c["model"] == rep["pick"]["model"]), {})
+    return rep["lent"]["source"] == "estimated" and pick.get("availability") == "installed"
+
+
+def probe_now(rep: dict[str, Any], data_dir: Path) -> bool:
+    """Run and store the probe for the pick at the lent threads; says on stderr what it does, and why
+    not when it cannot (the estimate then stays the catalog's)."""
+    import sys
+
+    from engine import doctor
+    from engine.round_probe import ProbeError
+
+    print(f"Probing this machine: a round of {rep['pick']['model']} on {rep['lent']['threads']} "
+          "thread(s) (under a minute, once) ...", file=sys.stderr, flush=True)
+    try:
+        doctor.probe_pick(rep, data_dir)
+    except ProbeError as exc:
+        print(f"Probe skipped: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def print_table(rep: dict[str, Any]) -> None:
@@ -111,9 +149,14 @@ def lent_line(model: str, lent: dict[str, Any]) -> str:
     """The round time for the cores lent, what it assumed and where it comes from (this machine's
     measured rounds, or the catalog's rates); then the same beside today's load."""
     calibration = lent.get("calibration")
-    source = (f"measured here: {calibration['rounds']} rounds of {calibration['model']}, "
-              f"the catalog's estimate x{calibration['factor']:.2f}" if calibration
-              else "estimated from the catalog's rates")
+    if calibration and lent.get("source") == "probed":
+        source = (f"probed here: a round of {calibration['model']}, the catalog's estimate "
+                  f"x{calibration['factor']:.2f}; your own rounds replace it once there are some")
+    elif calibration:
+        source = (f"measured here: {calibration['rounds']} rounds of {calibration['model']}, "
+                  f"the catalog's estimate x{calibration['factor']:.2f}")
+    else:
+        source = "estimated from the catalog's rates"
     line = (f"Round for the cores you lend: ~{lent['round_seconds']:.0f} s for {model} ({lent['assumes']}; "
             f"{source})")
     if lent["busy_cores"] is None:

@@ -216,7 +216,8 @@ class Node:
 
     def machine(self) -> dict[str, Any]:
         return doctor.report(can_fetch=None, cpu_cores=self.settings.cpu_cores,
-                             busy_cores=self._threads.get("others_busy"), measured=doctor.stored_rounds(self.store))
+                             busy_cores=self._threads.get("others_busy"), measured=doctor.stored_rounds(self.store),
+                             probe_dir=self.config.data_dir)
 
     # ---- switching models -------------------------------------------------------------------------
     async def select_model(self, model_id: str) -> None:

@@ -39,6 +39,7 @@ from engine.machine.hardware import probe
 from engine.models import catalog
 from engine.models.catalog import resolve_model_id
 from engine.paths import REPO_ROOT
+from engine.round_probe import stored_probe
 from lab import BENCH_DIR
 from lab.bench import save_results
 from lab.bench.busy_report import plot, summarize, table
@@ -221,16 +222,22 @@ def run_case(engine: Engine, competitors: int, opts: dict[str, Any], work: Path,
             "capped_at": capped_at, "events": events, "owner_units": comp.units(go, end)}
 
 
-def doctor_estimates(model: str, names: list[str]) -> dict[str, Any]:
-    """`sapo doctor`'s round for the cores each setting lends (this machine, quiet)."""
+def doctor_estimates(model: str, names: list[str], work: Path) -> dict[str, Any]:
+    """`sapo doctor`'s round for the cores each setting lends on this machine, quiet, as a fresh machine
+    gets it: calibrated by its short probe (engine.round_probe, run here once per thread count), and
+    from the catalog's rates alone."""
     spec, hw = catalog.get(resolve_model_id(model)), probe()
     out = {}
     for name in names:
         spec_settings = setting_spec(name)
         cores = spec_settings["threads"] or _cpu_cores(spec_settings)
         rep = doctor.report(hw, can_fetch=False, models=[spec], cpu_cores=cores)
-        out[name] = {"round_seconds": rep["lent"]["round_seconds"], "threads": rep["lent"]["threads"],
-                     "assumes": rep["lent"]["assumes"]}
+        probe_dir = work / f"probe-{rep['lent']['threads']}"
+        probed = stored_probe(probe_dir, spec.id, rep["lent"]["threads"]) or doctor.probe_pick(rep, probe_dir)
+        lent = doctor.report(hw, can_fetch=False, models=[spec], cpu_cores=cores, probe_dir=probe_dir)["lent"]
+        out[name] = {"round_seconds": lent["round_seconds"], "source": lent["source"], "threads": lent["threads"],
+                     "catalog_round_seconds": rep["lent"]["round_seconds"], "probe_seconds": probed["probe_seconds"],
+                     "assumes": lent["assumes"]}
     return out
 
 
@@ -269,6 +276,8 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[s
             baseline[1] = owner_baseline(1, unit_steps, baseline_s, work)
         args = {"model": model, "data_dir": str(work / "data"), "specialties": SPECIALTIES,
                 "judge_per_specialty": judge_per_specialty, "seed": seed}
+        _progress(started, "the doctor's estimates: a short probe per thread count")
+        estimates = doctor_estimates(model, names, work)  # a fresh machine's doctor, before any engine
         raw: dict[str, Any] = {}
         for name in names:
             _progress(started, f"{name}: loading the model")
@@ -291,5 +300,5 @@ def run(out_dir: Path = BENCH_DIR, model: str = "smollm2-135m", settings: list[s
             "unit_steps": unit_steps, "owner_unit_s_alone": {str(c): s for c, s in baseline.items()},
             "settings": {n: setting_spec(n) for n in names}, "load_average_at_start": load_start,
             "load_average_at_end": os.getloadavg()[0], "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "wall_minutes": (time.time() - started) / 60, "doctor": doctor_estimates(model, names)}
+            "wall_minutes": (time.time() - started) / 60, "doctor": estimates}
     return save_results(out_dir, "busy", summarize(raw, meta), table, plot)

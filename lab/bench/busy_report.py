@@ -125,6 +125,8 @@ def summarize(raw: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         measured = next((r["round_s"] for r in cases if r["settings"] == setting and r["competitors"] == 0), None)
         est["measured_round_s"] = measured
         est["ratio"] = measured / est["round_seconds"] if measured and est["round_seconds"] else None
+        est["catalog_ratio"] = (measured / est["catalog_round_seconds"]
+                                if measured and est.get("catalog_round_seconds") else None)
     result = {**meta, "engines": {setting: data["ready"] for setting, data in raw.items()}, "cases": cases,
               "best_fixed_idle": {"threads": min(fixed, key=lambda t: fixed[t]["round"] or float("inf")),
                                   "round_s": min(t["round"] or float("inf") for t in fixed.values())}
@@ -213,8 +215,11 @@ def table(result: dict[str, Any]) -> str:
                      f"{_fmt(slow, 1, '%')} |")
     lines.append("")
     for setting, d in result["doctor"].items():
-        lines.append(f"`sapo doctor` for {setting}: ~{d['round_seconds']:.1f} s ({d['assumes']}); measured quiet "
-                     f"{_fmt(d['measured_round_s'])} s" + (f" ({d['ratio']:.2f}x)." if d["ratio"] else "."))
+        lines.append(f"`sapo doctor` for {setting} on a fresh machine ({d.get('source', 'estimated')}): "
+                     f"~{d['round_seconds']:.1f} s ({d['assumes']}); measured quiet {_fmt(d['measured_round_s'])} s"
+                     + (f" ({d['ratio']:.2f}x)" if d["ratio"] else "")
+                     + (f"; the catalog's rates alone ~{d['catalog_round_seconds']:.1f} s ({d['catalog_ratio']:.2f}x)."
+                        if d.get("catalog_ratio") else "."))
     if any(r["censored"] and r["settings"] != "old" for r in result["cases"]):
         lines += ["", ("A capped case of an idle-priority setting is the engine waiting while the owner's work "
                        "wants every core, as it should: idle priority gives the owner the machine; the owner's "

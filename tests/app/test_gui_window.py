@@ -190,6 +190,8 @@ def test_round_time_texts_read_malformed_reports_safely() -> None:
         "~12 s per round on the 1 core you lend (~30 s beside what else runs now)"
     assert round_estimate_text({"round_seconds": 12.4, "threads": 2, "source": "measured"}, 8.0) == \
         "~12 s per round on the 2 cores you lend, from this machine's own rounds"
+    assert round_estimate_text({"round_seconds": 9.0, "threads": 2, "source": "probed"}, 8.0).endswith(
+        "from a short probe of this machine (no rounds measured here yet)")
     assert round_estimate_text({"round_seconds": "x"}, 8.0) == "~8 s per round"
     assert round_estimate_text(None, float("nan")) is None
     assert measured_text([]) == "no round yet"

@@ -43,7 +43,10 @@ def test_busy_bench_runs_the_governor_and_its_fixed_references_and_writes_the_is
         assert new["priority"].startswith("SCHED_IDLE") and new["priority_now"] == "SCHED_IDLE"
         assert new["threads_now"] and all(t.startswith("SCHED_IDLE/") for t in new["threads_now"])
         assert old["threads_now"] == ["SCHED_OTHER/15"]
-    lent = saved["doctor"]["new"]["threads"]
+    doctor_new = saved["doctor"]["new"]
+    assert doctor_new["source"] == "probed" and doctor_new["probe_seconds"] > 0  # a fresh machine's doctor probes
+    assert doctor_new["catalog_round_seconds"] > 0 and "catalog_ratio" in doctor_new
+    lent = doctor_new["threads"]
     assert lent == saved["physical_cores"]  # automatic lends every core: the governor keeps them free
     for case in saved["cases"]:
         if case["settings"] != "new":
