@@ -188,10 +188,11 @@ def report(hw: HardwareProfile | None = None, shape: fit.RoundShape | None = Non
     if hw.kind != "cpu":
         return rep
     calibration = measured_round(measured[1], shape) if measured is not None else None
-    probed = stored_probe(probe_dir, chosen.model, threads) if probe_dir is not None else None
     if calibration is not None and measured is not None:
         calibrate(rep, measured[0], calibration)
-    elif probed is not None:
+        return rep  # the machine's own rounds: no need to read a probe
+    probed = stored_probe(probe_dir, chosen.model, threads) if probe_dir is not None else None
+    if probed is not None:
         calibrate(rep, chosen.model, probed, "probed")
     return rep
 
