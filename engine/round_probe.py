@@ -44,12 +44,14 @@ def _alternating() -> Any:
 
 
 def _probe_config(shape: fit.RoundShape, loaded: Any) -> Any:
+    """The node's cpu-real trainer at `shape`, solo, with no evals or checkpoints."""
     from engine.sapo.config import SapoConfig, preset
 
-    return SapoConfig.from_dict(preset("cpu-real").to_dict() | {
+    cfg = SapoConfig.from_dict(preset("cpu-real").to_dict() | {
         "prompt_style": loaded.prompt_style or "chat-fewshot", "prompt_shots": loaded.prompt_shots or 1,
         "num_local": shape.questions, "num_external": 0, "completions": shape.completions,
         "eval_every": 0, "eval_every_s": 0.0, "checkpoint_every": 0})
+    return cfg.replace(sampling=dataclasses.replace(cfg.sampling, max_new_tokens=shape.max_new_tokens))
 
 
 def run_probe(model: str, shape: fit.RoundShape, threads: int, data_dir: Path) -> dict[str, Any]:
@@ -69,9 +71,7 @@ def run_probe(model: str, shape: fit.RoundShape, threads: int, data_dir: Path) -
     except (FileNotFoundError, KeyError, OSError, ValueError) as exc:
         raise ProbeError(f"cannot probe with {model}: {exc}") from exc
     load_s = time.perf_counter() - started
-    cfg = _probe_config(shape, loaded)
-    cfg = cfg.replace(sampling=dataclasses.replace(cfg.sampling, max_new_tokens=shape.max_new_tokens))
-    trainer = Trainer(loaded.model, loaded.tokenizer, cfg, tasks.preset("rl"), None, None, seed=0,
+    trainer = Trainer(loaded.model, loaded.tokenizer, _probe_config(shape, loaded), tasks.preset("rl"), None, None, seed=0,
                       model_id=loaded.model_id, generator=loaded.generator, reward_fn=_alternating())
     try:
         trainer.run_round()  # warm-up: the first round allocates the context, caches and autograd buffers
